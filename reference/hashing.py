@@ -1,0 +1,153 @@
+"""Chained prefix hashes: a prompt's checkpoint keys cost O(len) once, not O(len) per candidate.
+
+The digest of ``prompt[:t]`` is built per *hash unit* ``h`` (tokens)::
+
+    chain[0]   = blake2b(namespace, extras)                          # per deployment
+    chain[i+1] = blake2b(chain[i] || tokens[i*h:(i+1)*h])            # one whole unit
+    digest(t)  = chain[t // h]                          if t % h == 0
+               = blake2b(chain[t // h] || tokens[(t//h)*h : t])      otherwise (a tail)
+
+Units and tails use different BLAKE2b personalisation strings, so a tail digest never
+equals a unit digest. Token ids are hashed as little-endian signed 64-bit integers.
+
+Collisions: digests are 256-bit BLAKE2b and are trusted, as a serving engine's prefix
+cache trusts its block hashes; a collision (probability below ``n**2 / 2**257`` for ``n``
+distinct prefixes) would serve another prefix's checkpoint. The token count is part of
+every key, so prefixes of different lengths never collide.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+from hashlib import blake2b
+
+from reference.errors import InvalidConfigError, InvalidTokenCountError
+
+DIGEST_BYTES = 32
+_ROOT = b"hyckpt-root"
+_UNIT = b"hyckpt-unit"
+_TAIL = b"hyckpt-tail"
+_TOKEN_BYTES = 8
+
+
+def _token_array(tokens: Iterable[int]) -> array[int]:
+    try:
+        packed = array("q", tokens)
+    except (TypeError, OverflowError) as error:
+        raise InvalidTokenCountError(
+            f"prompt tokens must be integers in the signed 64-bit range ({error}); "
+            "pass a sequence of int token ids"
+        ) from None
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed
+
+
+def root_digest(namespace: str, extras: tuple[str, ...]) -> bytes:
+    """``chain[0]``: the digest of the empty prefix for one namespace and extras."""
+    if not isinstance(namespace, str):
+        raise InvalidConfigError(f"namespace must be a str, got {namespace!r}")
+    if not isinstance(extras, tuple) or not all(isinstance(x, str) for x in extras):
+        raise InvalidConfigError(f"extras must be a tuple of str, got {extras!r}")
+    hasher = blake2b(digest_size=DIGEST_BYTES, person=_ROOT)
+    for part in (namespace, *extras):
+        encoded = part.encode()
+        hasher.update(len(encoded).to_bytes(8, "little"))
+        hasher.update(encoded)
+    return hasher.digest()
+
+
+class HashedPrompt:
+    """A prompt with its chained unit digests, computed lazily and at most once.
+
+    Build one per request (or extend a session's previous prompt with
+    :meth:`extend`) and pass it to ``lookup``/``reserve`` instead of a plain token
+    list, so repeated lookups never rehash.
+
+    Args:
+        tokens: token ids.
+        namespace: model/deployment identity.
+        extras: adapter ids, salts; part of every key.
+        unit: hash unit ``h`` in tokens (``>= 1``).
+    """
+
+    __slots__ = ("_bytes", "_chain", "_length", "extras", "namespace", "unit")
+
+    def __init__(
+        self,
+        tokens: Sequence[int],
+        *,
+        namespace: str,
+        extras: tuple[str, ...] = (),
+        unit: int,
+    ) -> None:
+        if isinstance(unit, bool) or not isinstance(unit, int) or unit < 1:
+            raise InvalidConfigError(f"hash unit must be a positive int, got {unit!r}")
+        self.namespace = namespace
+        self.extras = extras
+        self.unit = unit
+        packed = _token_array(tokens)
+        self._bytes = packed.tobytes()
+        self._length = len(packed)
+        self._chain: list[bytes] = [root_digest(namespace, extras)]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def tokens(self) -> list[int]:
+        """The token ids (a copy)."""
+        packed = array("q")
+        packed.frombytes(self._bytes)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return packed.tolist()
+
+    def extend(self, more: Sequence[int]) -> HashedPrompt:
+        """A new prompt ``self + more`` that reuses every unit digest already computed."""
+        grown = HashedPrompt.__new__(HashedPrompt)
+        grown.namespace, grown.extras, grown.unit = self.namespace, self.extras, self.unit
+        extra = _token_array(more)
+        grown._bytes = self._bytes + extra.tobytes()
+        grown._length = self._length + len(extra)
+        grown._chain = list(self._chain)
+        return grown
+
+    def unit_digest(self, units: int) -> bytes:
+        """Digest of the first ``units`` whole hash units (``units * unit <= len``)."""
+        chain = self._chain
+        if units >= len(chain):
+            if units * self.unit > self._length:
+                raise InvalidTokenCountError(
+                    f"{units} hash units of {self.unit} tokens exceed the prompt "
+                    f"({self._length} tokens)"
+                )
+            step = self.unit * _TOKEN_BYTES
+            data = self._bytes
+            previous = chain[-1]
+            for index in range(len(chain), units + 1):
+                start = (index - 1) * step
+                previous = blake2b(
+                    previous + data[start : start + step], digest_size=DIGEST_BYTES, person=_UNIT
+                ).digest()
+                chain.append(previous)
+        return chain[units]
+
+    def digest(self, tokens: int) -> bytes:
+        """Digest of ``prompt[:tokens]`` (``0 <= tokens <= len``)."""
+        if tokens > self._length:
+            raise InvalidTokenCountError(
+                f"tokens={tokens} exceeds the prompt length {self._length}; "
+                "a checkpoint cannot cover tokens the prompt does not have"
+            )
+        units, tail = divmod(tokens, self.unit)
+        head = self.unit_digest(units)
+        if tail == 0:
+            return head
+        start = units * self.unit * _TOKEN_BYTES
+        return blake2b(
+            head + self._bytes[start : start + tail * _TOKEN_BYTES],
+            digest_size=DIGEST_BYTES,
+            person=_TAIL,
+        ).digest()

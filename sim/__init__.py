@@ -1,0 +1,1 @@
+"""hyckpt simulation and command line."""

@@ -1,0 +1,72 @@
+"""Pytest wiring: the implementation under test (``--impl``) and Hypothesis profiles.
+
+Conformance tests take the ``impl`` fixture and use only the Protocols in
+:mod:`reference.api`, so ``pytest --impl mypkg.hyckpt_adapter:implementation`` runs the
+same suite against another implementation. Features an implementation does not declare
+are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from reference.api import Implementation
+from reference.loading import default_spec, load_implementation
+
+settings.register_profile(
+    "default", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "thorough", deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--impl",
+        default=None,
+        help="module:factory of the implementation under test "
+        "(default: $HYCKPT_IMPL, else reference.impl:implementation)",
+    )
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hyckpt implementation under test: {config.getoption('--impl') or default_spec()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--runslow") or "slow" in (config.getoption("-m") or ""):
+        return
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def impl(request: pytest.FixtureRequest) -> Implementation:
+    """The implementation under test."""
+    return load_implementation(request.config.getoption("--impl"))
+
+
+def require(impl: Implementation, capability: str) -> None:
+    """Skip the calling test unless ``impl`` declares ``capability``."""
+    if capability not in impl.capabilities:
+        pytest.skip(f"{impl.name} does not declare capability {capability!r}")
+
+
+def require_placement(impl: Implementation, policy: str) -> None:
+    """Skip unless ``impl`` provides placement policy ``policy``."""
+    if policy not in impl.placement_policies:
+        pytest.skip(f"{impl.name} has no placement policy {policy!r}")
+
+
+def require_eviction(impl: Implementation, policy: str) -> None:
+    """Skip unless ``impl`` provides eviction policy ``policy``."""
+    if policy not in impl.eviction_policies:
+        pytest.skip(f"{impl.name} has no eviction policy {policy!r}")
