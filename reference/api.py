@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from reference.errors import InvalidTokenCountError
-
 from reference.hashing import HashedPrompt
 
 if TYPE_CHECKING:

@@ -1,0 +1,537 @@
+"""The reference checkpoint index: key → snapshot slot, two-phase publication, pins, eviction.
+
+Semantics (DESIGN §3, normative text in ``docs/SEMANTICS.md``):
+
+- A key is ``(namespace, extras, digest of prompt[:tokens], tokens)``; digests are the
+  chained per-hash-unit BLAKE2b digests of :mod:`reference.hashing`.
+- ``reserve`` hands out a slot to write (lowest free slot first, else the eviction
+  policy's victim among published, unpinned entries), or says the key is already
+  cached, or that no slot can be had (:class:`~reference.api.NoSlot`, a normal outcome).
+- ``publish`` makes a completed write visible; ``abort`` returns the slot. ``lookup``
+  only ever returns published entries.
+- ``pin``/``unpin`` count restores in flight; a pinned or reserved slot is never evicted.
+  ``invalidate``/``clear`` hide entries at once but free a slot only when nobody reads
+  (pins) or writes (an open reservation) it any more.
+
+Lookup cost does not depend on the number of entries: for every hash-unit boundary of
+the prompt inside the searched range, one dictionary probe finds the token counts
+published under that unit prefix. So a lookup costs O((maximum - minimum) / unit)
+probes plus hashing the prompt once (nothing when a
+:class:`~reference.hashing.HashedPrompt` was hashed before).
+
+Every method validates all of its arguments before it changes anything, so a call that
+raises leaves the index exactly as it was.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reference.api import (
+    AlreadyCached,
+    CheckpointKey,
+    EntryCost,
+    EvictionPolicy,
+    LookupHit,
+    NoSlot,
+    PromptLike,
+    Reservation,
+    ReservationState,
+    ReserveOutcome,
+    SlotState,
+    check_count,
+)
+from reference.errors import (
+    AlreadyAbortedError,
+    AlreadyPublishedError,
+    BudgetTooSmallError,
+    ForeignReservationError,
+    InvalidConfigError,
+    InvalidRangeError,
+    InvalidTokenCountError,
+    PinUnderflowError,
+    SlotOutOfRangeError,
+    SlotStateError,
+)
+from reference.eviction import make_eviction
+from reference.hashing import HashedPrompt
+
+_owners = itertools.count(1)
+
+#: Prefix of a key up to its last whole hash unit: ``(namespace, extras, unit digest)``.
+_UnitPrefix = tuple[str, tuple[str, ...], bytes]
+
+
+@dataclass(eq=False)
+class _Entry:
+    key: CheckpointKey
+    slot: int
+    state: SlotState
+    cost: EntryCost
+    reservation: Reservation | None
+    unit_prefix: _UnitPrefix
+    tail: int  # tokens past the last whole hash unit
+    pins: int = 0
+
+
+def capacity_for_budget(budget_bytes: int, bytes_per_slot: int | Mapping[str, int]) -> int:
+    """Number of snapshot slots a byte budget holds.
+
+    Args:
+        budget_bytes: device bytes available for the pool.
+        bytes_per_slot: bytes one slot occupies, or a mapping ``slab name → bytes`` whose
+            values are summed (every slab the storage allocates for a slot counts, e.g.
+            the paired draft page and the boundary hidden row).
+
+    Raises:
+        InvalidConfigError: a byte count is not a positive int.
+        BudgetTooSmallError: the budget is smaller than one slot.
+    """
+    parts = (
+        dict(bytes_per_slot) if isinstance(bytes_per_slot, Mapping) else {"slot": bytes_per_slot}
+    )
+    for name, value in parts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidConfigError(
+                f"bytes per slot of {name!r} must be a positive int, got {value!r}"
+            )
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+        raise InvalidConfigError(f"budget_bytes must be a non-negative int, got {budget_bytes!r}")
+    per_slot = sum(parts.values())
+    if budget_bytes < per_slot:
+        detail = " + ".join(f"{name} {value}" for name, value in parts.items())
+        raise BudgetTooSmallError(
+            f"a budget of {budget_bytes} bytes cannot hold one slot of {per_slot} bytes "
+            f"({detail}); raise the budget to at least {per_slot} bytes or shrink the slot"
+        )
+    return budget_bytes // per_slot
+
+
+class ReferenceIndex:
+    """Checkpoint index over slots ``first_slot .. first_slot + capacity - 1``.
+
+    Args:
+        capacity: number of snapshot slots (``>= 1``).
+        first_slot: id of the first slot (slots are contiguous).
+        eviction: a policy name from :data:`reference.eviction.POLICIES` or a policy object.
+        hash_unit: tokens per hash unit ``h``.
+        bytes_per_slot: bytes one slot occupies; the default ``EntryCost.bytes``.
+        eviction_params: keyword arguments of the policy factory (``alpha`` for flop-aware).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        first_slot: int = 0,
+        eviction: str | EvictionPolicy = "lru",
+        hash_unit: int = 16,
+        bytes_per_slot: int = 1,
+        eviction_params: Mapping[str, object] | None = None,
+    ) -> None:
+        for name, value, low in (
+            ("capacity", capacity, 1),
+            ("first_slot", first_slot, 0),
+            ("hash_unit", hash_unit, 1),
+            ("bytes_per_slot", bytes_per_slot, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
+        self._policy = (
+            make_eviction(eviction, **(eviction_params or {}))
+            if isinstance(eviction, str)
+            else eviction
+        )
+        self._first = first_slot
+        self._capacity = capacity
+        self._unit = hash_unit
+        self._bytes_per_slot = bytes_per_slot
+        self._owner = next(_owners)
+        self._clock = 0
+        self._slots: list[_Entry | None] = [None] * capacity
+        self._free: list[int] = list(range(first_slot, first_slot + capacity))  # a heap
+        self._by_key: dict[CheckpointKey, _Entry] = {}
+        # Published tails under each unit prefix, with multiplicity: the lookup probe table.
+        self._tails: dict[_UnitPrefix, Counter[int]] = {}
+        self.evictions: Counter[str] = Counter()
+
+    @classmethod
+    def from_budget(
+        cls,
+        budget_bytes: int,
+        bytes_per_slot: int | Mapping[str, int],
+        *,
+        first_slot: int = 0,
+        eviction: str | EvictionPolicy = "lru",
+        hash_unit: int = 16,
+        eviction_params: Mapping[str, object] | None = None,
+    ) -> ReferenceIndex:
+        """As many slots as ``budget_bytes`` holds; see :func:`capacity_for_budget`."""
+        capacity = capacity_for_budget(budget_bytes, bytes_per_slot)
+        per_slot = (
+            sum(bytes_per_slot.values()) if isinstance(bytes_per_slot, Mapping) else bytes_per_slot
+        )
+        return cls(
+            capacity,
+            first_slot=first_slot,
+            eviction=eviction,
+            hash_unit=hash_unit,
+            bytes_per_slot=per_slot,
+            eviction_params=eviction_params,
+        )
+
+    # --- properties ---------------------------------------------------------------------
+
+    @property
+    def first_slot(self) -> int:
+        return self._first
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def hash_unit(self) -> int:
+        return self._unit
+
+    @property
+    def eviction(self) -> EvictionPolicy:
+        return self._policy
+
+    def free_count(self) -> int:
+        """Slots neither reserved, published nor waiting to be freed."""
+        return len(self._free)
+
+    def slot_state(self, slot: int) -> SlotState:
+        entry = self._entry_at(slot)
+        return SlotState.FREE if entry is None else entry.state
+
+    def pins(self, slot: int) -> int:
+        entry = self._entry_at(slot)
+        return 0 if entry is None else entry.pins
+
+    def published_count(self) -> int:
+        return sum(1 for e in self._slots if e is not None and e.state is SlotState.PUBLISHED)
+
+    # --- keys ---------------------------------------------------------------------------
+
+    def hashed(
+        self, namespace: str, prompt: PromptLike, extras: tuple[str, ...] = ()
+    ) -> HashedPrompt:
+        """``prompt`` as a :class:`HashedPrompt` for this index (checked if it already is one)."""
+        if isinstance(prompt, HashedPrompt):
+            if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, self._unit):
+                raise InvalidConfigError(
+                    f"HashedPrompt was built for namespace={prompt.namespace!r}, "
+                    f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
+                    f"namespace={namespace!r}, extras={extras!r}, unit={self._unit}; "
+                    "build it with the same namespace, extras and the index's hash_unit"
+                )
+            return prompt
+        return HashedPrompt(prompt, namespace=namespace, extras=extras, unit=self._unit)
+
+    def make_key(
+        self, namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...] = ()
+    ) -> CheckpointKey:
+        """The key of the checkpoint after ``prompt[:tokens]``."""
+        check_count("tokens", tokens)
+        hashed = self.hashed(namespace, prompt, extras)
+        return CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+
+    # --- lookup -------------------------------------------------------------------------
+
+    def lookup(
+        self,
+        namespace: str,
+        prompt: PromptLike,
+        minimum: int,
+        maximum: int,
+        extras: tuple[str, ...] = (),
+    ) -> LookupHit | None:
+        """Longest published checkpoint with ``minimum < tokens <= min(maximum, len(prompt))``.
+
+        A hit refreshes the entry's recency. Returns ``None`` when there is none.
+
+        Raises:
+            InvalidTokenCountError: ``minimum`` or ``maximum`` is negative or not an int.
+            InvalidRangeError: ``minimum > maximum``.
+        """
+        check_count("minimum", minimum)
+        check_count("maximum", maximum)
+        if minimum > maximum:
+            raise InvalidRangeError(
+                f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
+            )
+        hashed = self.hashed(namespace, prompt, extras)
+        upper = min(maximum, len(hashed))
+        unit = self._unit
+        for units in range(upper // unit, minimum // unit - 1, -1):
+            tails = self._tails.get((namespace, extras, hashed.unit_digest(units)))
+            if not tails:
+                continue
+            for tail in sorted(tails, reverse=True):
+                tokens = units * unit + tail
+                if not minimum < tokens <= upper:
+                    continue
+                key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+                entry = self._by_key.get(key)
+                if entry is not None and entry.state is SlotState.PUBLISHED:
+                    self._policy.touch(entry.slot, self._tick())
+                    return LookupHit(tokens, entry.slot)
+        return None
+
+    # --- reserve / publish / abort ------------------------------------------------------
+
+    def reserve(
+        self,
+        namespace: str,
+        prompt: PromptLike,
+        tokens: int,
+        extras: tuple[str, ...] = (),
+        cost: EntryCost | None = None,
+    ) -> ReserveOutcome:
+        """A slot to write the checkpoint after ``prompt[:tokens]`` into.
+
+        Returns:
+            :class:`Reservation` to fill and then ``publish`` or ``abort``;
+            :class:`AlreadyCached` when the key is published (its recency is refreshed;
+            the slot must not be rewritten) or being written by someone else;
+            :class:`NoSlot` when every slot is reserved or pinned.
+
+        Raises:
+            InvalidTokenCountError: ``tokens`` is not an int in ``1..len(prompt)``.
+        """
+        check_count("tokens", tokens, minimum=1)
+        hashed = self.hashed(namespace, prompt, extras)
+        if tokens > len(hashed):
+            raise InvalidTokenCountError(
+                f"tokens={tokens} exceeds the prompt length {len(hashed)}; a checkpoint "
+                "cannot cover tokens the prompt does not have"
+            )
+        if cost is not None and cost.tokens != tokens:
+            raise InvalidConfigError(f"cost.tokens={cost.tokens} must equal tokens={tokens}")
+        key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+        existing = self._by_key.get(key)
+        if existing is not None:
+            published = existing.state is SlotState.PUBLISHED
+            if published:
+                self._policy.touch(existing.slot, self._tick())
+            return AlreadyCached(existing.slot, published)
+        slot = self._take_slot()
+        if slot is None:
+            return NoSlot(
+                f"all {self._capacity} slots are reserved, pinned or waiting for a pin to drop"
+            )
+        units, tail = divmod(tokens, self._unit)
+        reservation = Reservation(key, slot, owner=self._owner)
+        entry = _Entry(
+            key=key,
+            slot=slot,
+            state=SlotState.RESERVED,
+            cost=cost or EntryCost(tokens=tokens, bytes=self._bytes_per_slot),
+            reservation=reservation,
+            unit_prefix=(namespace, extras, hashed.unit_digest(units)),
+            tail=tail,
+        )
+        self._slots[slot - self._first] = entry
+        self._by_key[key] = entry
+        self._tick()
+        return reservation
+
+    def publish(self, reservation: Reservation) -> bool:
+        """Make a completed write visible to ``lookup``.
+
+        Returns:
+            ``True`` if the key is now published; ``False`` if it was invalidated or
+            cleared while being written (the write is discarded and the slot freed).
+
+        Raises:
+            ForeignReservationError, AlreadyPublishedError, AlreadyAbortedError.
+        """
+        entry = self._open_entry(reservation, "publish")
+        if reservation.state is ReservationState.CANCELLED:
+            reservation.state = ReservationState.ABORTED
+            self._release(entry)
+            return False
+        reservation.state = ReservationState.PUBLISHED
+        entry.state = SlotState.PUBLISHED
+        entry.reservation = None
+        self._tails.setdefault(entry.unit_prefix, Counter())[entry.tail] += 1
+        self._policy.insert(entry.slot, entry.cost, self._tick())
+        return True
+
+    def abort(self, reservation: Reservation) -> None:
+        """The write failed: return the slot; the key never becomes visible."""
+        entry = self._open_entry(reservation, "abort")
+        if reservation.state is ReservationState.OPEN:
+            del self._by_key[entry.key]
+        reservation.state = ReservationState.ABORTED
+        self._release(entry)
+
+    # --- pins ---------------------------------------------------------------------------
+
+    def pin(self, slot: int) -> int:
+        """Hold a published slot while a restore reads it; returns the new pin count.
+
+        Raises:
+            SlotOutOfRangeError: the slot is not in this index.
+            SlotStateError: the slot is not published (only a lookup hit can be pinned).
+        """
+        entry = self._entry_at(slot)
+        if entry is None or entry.state is not SlotState.PUBLISHED:
+            state = "free" if entry is None else entry.state.value
+            raise SlotStateError(
+                f"cannot pin slot {slot}: it is {state}; pin only a slot returned by lookup, "
+                "before anything invalidates it"
+            )
+        entry.pins += 1
+        return entry.pins
+
+    def unpin(self, slot: int) -> int:
+        """Release one pin; returns the remaining count. Frees an invalidated slot at zero.
+
+        Raises:
+            SlotOutOfRangeError: the slot is not in this index.
+            PinUnderflowError: the slot has no pin to release.
+        """
+        entry = self._entry_at(slot)
+        if entry is None or entry.pins == 0:
+            raise PinUnderflowError(
+                f"unpin of slot {slot} would take its pin count below zero; call unpin once "
+                "per successful pin, after the restore's copy completed"
+            )
+        entry.pins -= 1
+        if entry.pins == 0 and entry.state is SlotState.DOOMED:
+            self._release(entry)
+        return entry.pins
+
+    # --- invalidate / clear -------------------------------------------------------------
+
+    def invalidate(self, key: CheckpointKey) -> bool:
+        """Hide ``key`` from lookup now; free its slot once unpinned and not being written.
+
+        Returns ``True`` if the key was reserved or published. An open reservation of the
+        key is cancelled: its ``publish`` will return ``False``.
+        """
+        entry = self._by_key.pop(key, None)
+        if entry is None:
+            return False
+        self.evictions["invalidate"] += 1
+        self._retire(entry)
+        return True
+
+    def clear(self) -> None:
+        """Invalidate every entry (counted as evictions for reason ``clear``)."""
+        entries = list(self._by_key.values())
+        self._by_key.clear()
+        for entry in entries:
+            self.evictions["clear"] += 1
+            self._retire(entry)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _entry_at(self, slot: int) -> _Entry | None:
+        if isinstance(slot, bool) or not isinstance(slot, int):
+            raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
+        if not self._first <= slot < self._first + self._capacity:
+            raise SlotOutOfRangeError(
+                f"slot {slot} is outside this index's slots "
+                f"{self._first}..{self._first + self._capacity - 1}"
+            )
+        return self._slots[slot - self._first]
+
+    def _open_entry(self, reservation: Reservation, verb: str) -> _Entry:
+        if not isinstance(reservation, Reservation) or reservation.owner != self._owner:
+            raise ForeignReservationError(
+                f"cannot {verb} {reservation!r}: it was not issued by this index; "
+                "pass the Reservation that this index's reserve() returned"
+            )
+        if reservation.state is ReservationState.PUBLISHED:
+            raise AlreadyPublishedError(
+                f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
+                "published; each reservation is published or aborted exactly once"
+            )
+        if reservation.state is ReservationState.ABORTED:
+            raise AlreadyAbortedError(
+                f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
+                "aborted (or discarded after an invalidate); reserve again to write the key"
+            )
+        entry = self._slots[reservation.slot - self._first]
+        assert entry is not None and entry.reservation is reservation
+        return entry
+
+    def _take_slot(self) -> int | None:
+        if self._free:
+            return heapq.heappop(self._free)
+        victim = self._policy.victim(self._evictable)
+        if victim is None:
+            return None
+        entry = self._slots[victim - self._first]
+        assert entry is not None
+        del self._by_key[entry.key]
+        self.evictions["capacity"] += 1
+        self._unpublish(entry)
+        self._slots[victim - self._first] = None
+        return victim
+
+    def _evictable(self, slot: int) -> bool:
+        entry = self._slots[slot - self._first]
+        return entry is not None and entry.state is SlotState.PUBLISHED and entry.pins == 0
+
+    def _unpublish(self, entry: _Entry) -> None:
+        tails = self._tails[entry.unit_prefix]
+        tails[entry.tail] -= 1
+        if tails[entry.tail] == 0:
+            del tails[entry.tail]
+            if not tails:
+                del self._tails[entry.unit_prefix]
+        self._policy.remove(entry.slot)
+
+    def _retire(self, entry: _Entry) -> None:
+        """Entry already left ``_by_key``: free it now, or once its pins/writer let go."""
+        if entry.state is SlotState.RESERVED:
+            assert entry.reservation is not None
+            entry.reservation.state = ReservationState.CANCELLED
+            entry.state = SlotState.DOOMED
+            return
+        if entry.state is SlotState.PUBLISHED:
+            self._unpublish(entry)
+            if entry.pins:
+                entry.state = SlotState.DOOMED
+                return
+            self._release(entry)
+
+    def _release(self, entry: _Entry) -> None:
+        self._slots[entry.slot - self._first] = None
+        heapq.heappush(self._free, entry.slot)
+
+
+def make_index(
+    capacity: int,
+    *,
+    first_slot: int = 0,
+    eviction: str | EvictionPolicy = "lru",
+    hash_unit: int = 16,
+    bytes_per_slot: int = 1,
+    **eviction_params: object,
+) -> ReferenceIndex:
+    """Factory used by :class:`reference.api.Implementation` (see :class:`ReferenceIndex`).
+
+    Keyword arguments beyond the named ones go to the eviction policy (e.g. ``alpha``).
+    """
+    return ReferenceIndex(
+        capacity,
+        first_slot=first_slot,
+        eviction=eviction,
+        hash_unit=hash_unit,
+        bytes_per_slot=bytes_per_slot,
+        eviction_params=eviction_params,
+    )
