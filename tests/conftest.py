@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from reference.api import Implementation
 from reference.loading import default_spec, load_implementation
@@ -21,6 +21,15 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough", deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow]
+)
+# Fast, deterministic, no shrinking: for runs that only need to know *whether* a suite fails.
+settings.register_profile(
+    "smoke",
+    deadline=None,
+    max_examples=30,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

@@ -1,0 +1,40 @@
+"""A deliberately broken implementation: its index evicts pinned slots.
+
+Used by ``tests/test_conformance_plumbing.py`` to show that ``--impl`` reaches the
+implementation and that the conformance suite catches the bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from reference.api import Implementation
+from reference.impl import implementation as reference_implementation
+from reference.index import ReferenceIndex
+
+
+class PinIgnoringIndex(ReferenceIndex):
+    """Treats every published slot as evictable, pinned or not (the bug)."""
+
+    def _evictable(self, slot: int) -> bool:
+        entry = self._slots[slot - self.first_slot]
+        return entry is not None and entry.state.value == "published"
+
+
+def make_index(capacity: int, **options: object) -> PinIgnoringIndex:
+    eviction = options.pop("eviction", "lru")
+    hash_unit = options.pop("hash_unit", 16)
+    first_slot = options.pop("first_slot", 0)
+    return PinIgnoringIndex(
+        capacity,
+        first_slot=first_slot,  # type: ignore[arg-type]
+        eviction=eviction,  # type: ignore[arg-type]
+        hash_unit=hash_unit,  # type: ignore[arg-type]
+        eviction_params=options,
+    )
+
+
+def implementation() -> Implementation:
+    return dataclasses.replace(
+        reference_implementation(), name="pin-ignoring", make_index=make_index
+    )
