@@ -1,0 +1,667 @@
+"""Conformance tests for placement policies (DESIGN §2, docs/SEMANTICS.md §1).
+
+Tests that take ``impl`` go through :class:`reference.api.PlacementPolicy` only and build
+policies with ``impl.make_placement(name, **params)``; they run against any implementation
+(``pytest --impl module:factory``). Tests of the pure position functions
+(``vllm_align_position``, ``block_floor_position``, ``vllm_align_batch``) and of the
+reference's own construction details import :mod:`reference.placement` directly.
+
+All counts and positions are in tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference import placement as ref
+from reference.api import Implementation, PlacementPolicy, PrefillChunk
+from reference.errors import (
+    InvalidConfigError,
+    InvalidTokenCountError,
+    UnknownPolicyError,
+)
+from tests.conftest import require_placement
+
+GENERIC = ("block-floor", "interval", "turns", "branch")
+ALL_POLICIES = ("vllm-align", *GENERIC)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def whole(prompt_len: int, **hints: Any) -> PrefillChunk:
+    """The unchunked prefill of a ``prompt_len``-token prompt."""
+    return PrefillChunk(0, prompt_len, prompt_len, **hints)
+
+
+# --- strategies ------------------------------------------------------------------------
+
+HASH_UNITS = st.sampled_from([1, 2, 3, 4, 8, 16, 32])
+
+
+@st.composite
+def generic_params(draw: st.DrawFn, name: str, max_len: int) -> tuple[dict[str, Any], int]:
+    """Valid parameters of generic policy ``name`` and the grid unit positions lie on."""
+    if name == "block-floor":
+        unit = draw(HASH_UNITS, label="hash_unit")
+        blocks = draw(st.integers(0, 8), label="block_size / hash_unit")
+        block_size = unit * blocks
+        params: dict[str, Any] = {"block_size": block_size}
+        if block_size and draw(st.booleans(), label="pass hash_unit"):
+            params["hash_unit"] = unit
+        return params, unit
+    unit = draw(HASH_UNITS, label="hash_unit")
+    if name == "interval":
+        offsets = st.lists(st.integers(0, max_len + 40), max_size=4)
+        params = {
+            "hash_unit": unit,
+            "every": unit * draw(st.integers(0, 40), label="every / hash_unit"),
+            "from_start": tuple(draw(offsets, label="from_start")),
+            "from_end": tuple(draw(offsets, label="from_end")),
+        }
+    elif name == "turns":
+        params = {"hash_unit": unit, "margin": draw(st.integers(0, max_len + 40), label="margin")}
+    else:
+        params = {"hash_unit": unit}
+    return params, unit
+
+
+@st.composite
+def prompts(draw: st.DrawFn, max_len: int = 600) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """A prompt length and its hints (turn starts, branch points; may exceed the prompt)."""
+    prompt_len = draw(st.integers(1, max_len), label="prompt_len")
+    hint = st.lists(st.integers(0, prompt_len + 20), max_size=5).map(tuple)
+    return prompt_len, draw(hint, label="turn_starts"), draw(hint, label="branch_points")
+
+
+@st.composite
+def cuts(draw: st.DrawFn, prompt_len: int, unit: int) -> list[int]:
+    """Chunk boundaries ``0 = c0 < c1 < ... < ck = prompt_len`` (often on the hash grid)."""
+    inner = st.one_of(
+        st.integers(1, max(1, prompt_len - 1)),
+        st.integers(1, max(1, (prompt_len - 1) // unit)).map(lambda k: k * unit),
+    )
+    points = draw(st.lists(inner, max_size=8), label="chunk boundaries")
+    return sorted({0, prompt_len, *(p for p in points if 0 < p < prompt_len)})
+
+
+@st.composite
+def vllm_params(draw: st.DrawFn, with_alignment: bool = False) -> dict[str, Any]:
+    """Valid ``vllm-align`` parameters (hash unit divides B; h a multiple of the unit)."""
+    hash_unit = draw(st.sampled_from([1, 2, 4, 8, 16]), label="hash_unit")
+    alignment_choices = st.integers(1, 32)
+    if not with_alignment:
+        alignment_choices = st.one_of(st.none(), alignment_choices)
+    return {
+        "block_size": hash_unit * draw(st.integers(1, 8), label="block_size / hash_unit"),
+        "hash_unit": hash_unit,
+        "hit_alignment": draw(
+            st.one_of(st.none(), st.integers(1, 4).map(lambda m: m * hash_unit)),
+            label="hit_alignment",
+        ),
+        "alignment": draw(
+            st.one_of(st.sampled_from([hash_unit, 1]), alignment_choices), label="alignment"
+        ),
+        "drop_draft_block": draw(st.booleans(), label="drop_draft_block"),
+        "lookahead": draw(st.integers(0, 5), label="lookahead"),
+    }
+
+
+def hit_unit(params: dict[str, Any]) -> int:
+    h = params.get("hit_alignment")
+    return int(params["hash_unit"] if h is None else h)
+
+
+def scalar_position(params: dict[str, Any], seq_len: int) -> int:
+    return ref.vllm_align_position(
+        seq_len,
+        hit_unit(params),
+        drop=bool(params.get("drop_draft_block", False)),
+        lookahead=int(params.get("lookahead", 0)),
+    )
+
+
+def oracle_vllm(params: dict[str, Any], start: int, end: int) -> tuple[int, int]:
+    """``(offset, column)`` spelled out from DESIGN §2, independent of the reference code."""
+    h, b, a = params["hash_unit"], params["block_size"], params.get("alignment")
+    p = scalar_position(params, end)
+    ok = (
+        a is not None
+        and start % h == 0
+        and cdiv(end, b) - 2 > (start - 1) // b
+        and start + h <= p
+        and start < p < end
+        and (p - start) % a == 0
+    )
+    return (p - start, cdiv(end, b) - 2) if ok else (0, -1)
+
+
+def oracle_targets(
+    name: str,
+    params: dict[str, Any],
+    prompt_len: int,
+    turn_starts: tuple[int, ...],
+    branch_points: tuple[int, ...],
+) -> tuple[int, ...]:
+    """The target set of a generic policy, spelled out from the rules in SEMANTICS §1."""
+    n = prompt_len
+    if name == "block-floor":
+        b = params["block_size"]
+        found = {(n - b) // b * b} if b else set()
+    else:
+        h = params["hash_unit"]
+        if name == "interval":
+            every = params["every"]
+            found = {k * every for k in range(1, n // every + 1)} if every else set()
+            found |= {o // h * h for o in params["from_start"]}
+            found |= {(n - o) // h * h for o in params["from_end"]}
+        elif name == "turns":
+            found = {t // h * h for t in turn_starts} | {(n - params["margin"]) // h * h}
+        else:
+            found = {b // h * h for b in branch_points} | {n // h * h}
+    return tuple(sorted(p for p in found if 0 < p <= n))
+
+
+# --- pure position functions: vectors (DESIGN §2) --------------------------------------
+
+VLLM_VECTORS = [
+    # (n, h, drop, lookahead, expected)
+    (119, 16, False, 0, 112),
+    (64, 16, False, 0, 48),
+    (65, 16, False, 0, 64),
+    (16, 16, False, 0, 0),
+    (64, 16, True, 0, 48),
+    (119, 16, True, 0, 96),
+    (66, 16, False, 3, 48),
+    (3602, 1600, False, 0, 3200),
+    (3602, 1600, True, 0, 1600),
+    (3200, 1600, True, 0, 1600),
+]
+
+
+@pytest.mark.parametrize(("n", "h", "drop", "lookahead", "expected"), VLLM_VECTORS)
+def test_vllm_align_vectors(n: int, h: int, drop: bool, lookahead: int, expected: int) -> None:
+    assert ref.vllm_align_position(n, h, drop=drop, lookahead=lookahead) == expected
+
+
+def test_vllm_align_lookahead_below_one_counts_as_one() -> None:
+    # limit = n - max(1, L): L = 0 and L = 1 agree; L = 2 may move the position down.
+    assert ref.vllm_align_position(65, 16, lookahead=0) == 64
+    assert ref.vllm_align_position(65, 16, lookahead=1) == 64
+    assert ref.vllm_align_position(65, 16, lookahead=2) == 48
+    assert ref.vllm_align_position(0, 16) == 0
+
+
+@pytest.mark.parametrize(("n", "h", "drop", "lookahead", "expected"), VLLM_VECTORS)
+def test_vllm_align_vectors_through_policy(
+    impl: Implementation, n: int, h: int, drop: bool, lookahead: int, expected: int
+) -> None:
+    """The unchunked prefill of an ``n``-token prompt captures ``P(n)`` when valid."""
+    require_placement(impl, "vllm-align")
+    block_size = 16 if h == 16 else 1600
+    policy = impl.make_placement(
+        "vllm-align",
+        block_size=block_size,
+        hash_unit=16,
+        hit_alignment=h,
+        alignment=16,
+        drop_draft_block=drop,
+        lookahead=lookahead,
+    )
+    assert policy.positions(whole(n)) == ((expected,) if expected else ())
+
+
+def test_vllm_align_batch_vector() -> None:
+    policy = ref.VllmAlign(block_size=16, hash_unit=16, alignment=16)
+    offsets, columns = ref.vllm_align_batch([119, 50, 57], [87, 50, 20], policy)
+    assert offsets == [80, 48, 0]
+    assert columns == [6, 2, -1]
+
+
+def test_vllm_align_batch_vector_through_policy(impl: Implementation) -> None:
+    require_placement(impl, "vllm-align")
+    policy = impl.make_placement("vllm-align", block_size=16, hash_unit=16, alignment=16)
+    chunks = [PrefillChunk(32, 119, 119), PrefillChunk(0, 50, 50), PrefillChunk(37, 57, 57)]
+    assert ref.batch_offsets(policy, chunks) == [(80,), (48,), ()]
+
+
+def test_vllm_align_no_alignment_never_captures(impl: Implementation) -> None:
+    require_placement(impl, "vllm-align")
+    policy = impl.make_placement("vllm-align", block_size=16, hash_unit=16)
+    assert policy.positions(whole(119)) == ()
+    assert policy.positions(PrefillChunk(32, 119, 119)) == ()
+
+
+def test_vllm_align_never_captures_at_chunk_end(impl: Implementation) -> None:
+    """vllm-align keeps at least one token (``max(1, L)``, or a whole ``h`` with drop)."""
+    require_placement(impl, "vllm-align")
+    for drop in (False, True):
+        policy = impl.make_placement(
+            "vllm-align", block_size=16, hash_unit=16, alignment=16, drop_draft_block=drop
+        )
+        for n in range(1, 200):
+            p = ref.vllm_align_position(n, 16, drop=drop)
+            assert p == 0 or p <= n - (16 if drop else 1)
+            assert all(p < n for p in policy.positions(whole(n)))
+    # A target-set policy does capture at the chunk end: 64 here, where vllm-align gives 48.
+    if "branch" in impl.placement_policies:
+        assert impl.make_placement("branch", hash_unit=16).positions(whole(64)) == (64,)
+    assert impl.make_placement("vllm-align", block_size=16, hash_unit=16, alignment=16).positions(
+        whole(64)
+    ) == (48,)
+
+
+@pytest.mark.parametrize(
+    ("end", "block_size", "expected"),
+    [(2048, 16, 2032), (4097, 16, 4080), (8193, 16, 8176), (15, 16, 0), (64, 0, 0)],
+)
+def test_block_floor_vectors(end: int, block_size: int, expected: int) -> None:
+    assert ref.block_floor_position(end, block_size) == expected
+
+
+@pytest.mark.parametrize(
+    ("prompt_len", "block_size", "expected"),
+    [(2048, 16, (2032,)), (4097, 16, (4080,)), (8193, 16, (8176,)), (15, 16, ()), (16, 16, ())],
+)
+def test_block_floor_vectors_through_policy(
+    impl: Implementation, prompt_len: int, block_size: int, expected: tuple[int, ...]
+) -> None:
+    require_placement(impl, "block-floor")
+    policy = impl.make_placement("block-floor", block_size=block_size)
+    assert policy.positions(whole(prompt_len)) == expected
+
+
+def test_block_floor_zero_block_size_captures_nothing(impl: Implementation) -> None:
+    require_placement(impl, "block-floor")
+    assert impl.make_placement("block-floor", block_size=0).positions(whole(64)) == ()
+
+
+# --- generic policies: worked examples -------------------------------------------------
+
+
+def test_interval_rules(impl: Implementation) -> None:
+    require_placement(impl, "interval")
+    policy = impl.make_placement(
+        "interval", hash_unit=16, every=32, from_start=(5, 40, 500), from_end=(1, 200)
+    )
+    # every 32: 32, 64, 96; from_start 5 -> 0 (dropped), 40 -> 32, 500 > 100 (dropped);
+    # from_end 1 -> 99 -> 96, 200 -> -100 (dropped).
+    assert policy.positions(whole(100)) == (32, 64, 96)
+    policy = impl.make_placement("interval", hash_unit=4, from_start=(10,), from_end=(3,))
+    assert policy.positions(whole(50)) == (8, 44)
+    assert impl.make_placement("interval", hash_unit=4).positions(whole(50)) == ()
+
+
+def test_turns_rules(impl: Implementation) -> None:
+    require_placement(impl, "turns")
+    policy = impl.make_placement("turns", hash_unit=16, margin=10)
+    chunk = whole(200, turn_starts=(0, 37, 120, 400))
+    # turns: 0 (dropped), 37 -> 32, 120 -> 112, 400 (beyond the prompt, dropped);
+    # margin: 200 - 10 = 190 -> 176.
+    assert policy.positions(chunk) == (32, 112, 176)
+    assert impl.make_placement("turns", hash_unit=16, margin=300).positions(whole(200)) == ()
+
+
+def test_branch_rules(impl: Implementation) -> None:
+    require_placement(impl, "branch")
+    policy = impl.make_placement("branch", hash_unit=16)
+    chunk = whole(100, branch_points=(40, 96, 5))
+    # 40 -> 32, 96 -> 96 (also the end of input: 100 -> 96), 5 -> 0 (dropped).
+    assert policy.positions(chunk) == (32, 96)
+    assert policy.positions(whole(15)) == ()
+
+
+def test_boundary_position_captured_by_chunk_ending_there(impl: Implementation) -> None:
+    require_placement(impl, "interval")
+    policy = impl.make_placement("interval", hash_unit=16, every=32)
+    assert policy.positions(PrefillChunk(0, 32, 100)) == (32,)
+    assert policy.positions(PrefillChunk(32, 64, 100)) == (64,)
+    assert policy.positions(PrefillChunk(33, 63, 100)) == ()
+
+
+# --- properties ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", GENERIC)
+@given(data=st.data())
+def test_generic_positions_on_grid_inside_chunk(
+    impl: Implementation, name: str, data: st.DataObject
+) -> None:
+    """Property 1: multiples of the hash unit, ``start < p <= end <= prompt_len``."""
+    require_placement(impl, name)
+    prompt_len, turn_starts, branch_points = data.draw(prompts(), label="prompt")
+    params, unit = data.draw(generic_params(name, prompt_len), label="params")
+    start = data.draw(st.integers(0, prompt_len - 1), label="start")
+    end = data.draw(st.integers(start + 1, prompt_len), label="end")
+    chunk = PrefillChunk(start, end, prompt_len, turn_starts, branch_points)
+    found = impl.make_placement(name, **params).positions(chunk)
+    assert list(found) == sorted(set(found))
+    for p in found:
+        assert p % unit == 0
+        assert start < p <= end <= prompt_len
+
+
+@pytest.mark.parametrize("name", GENERIC)
+@given(data=st.data())
+def test_generic_targets_follow_rules(impl: Implementation, name: str, data: st.DataObject) -> None:
+    """The unchunked run captures exactly the rule's target set."""
+    require_placement(impl, name)
+    prompt_len, turn_starts, branch_points = data.draw(prompts(), label="prompt")
+    params, _ = data.draw(generic_params(name, prompt_len), label="params")
+    chunk = whole(prompt_len, turn_starts=turn_starts, branch_points=branch_points)
+    expected = oracle_targets(name, params, prompt_len, turn_starts, branch_points)
+    assert impl.make_placement(name, **params).positions(chunk) == expected
+
+
+@pytest.mark.parametrize("name", GENERIC)
+@given(data=st.data())
+def test_generic_chunking_preserves_positions(
+    impl: Implementation, name: str, data: st.DataObject
+) -> None:
+    """Property 3: the union over any chunking equals the unchunked run, exactly."""
+    require_placement(impl, name)
+    prompt_len, turn_starts, branch_points = data.draw(prompts(), label="prompt")
+    params, unit = data.draw(generic_params(name, prompt_len), label="params")
+    policy = impl.make_placement(name, **params)
+    bounds = data.draw(cuts(prompt_len, unit), label="cuts")
+    hints = {"turn_starts": turn_starts, "branch_points": branch_points}
+    chunked: list[int] = []
+    for start, end in itertools.pairwise(bounds):
+        chunked.extend(policy.positions(PrefillChunk(start, end, prompt_len, **hints)))
+    assert tuple(chunked) == policy.positions(whole(prompt_len, **hints))
+
+
+@pytest.mark.parametrize("name", ALL_POLICIES)
+@given(data=st.data())
+def test_batch_offsets_match_positions(
+    impl: Implementation, name: str, data: st.DataObject
+) -> None:
+    """Property 2 (generic batch form): row ``i`` is ``positions(chunk_i) - start_i``."""
+    require_placement(impl, name)
+    if name == "vllm-align":
+        params = data.draw(vllm_params(), label="params")
+    else:
+        params, _ = data.draw(generic_params(name, 600), label="params")
+    policy = impl.make_placement(name, **params)
+    rows = data.draw(st.lists(prompts(), min_size=1, max_size=6), label="rows")
+    chunks = []
+    for prompt_len, turn_starts, branch_points in rows:
+        start = data.draw(st.integers(0, prompt_len - 1), label="start")
+        end = data.draw(st.integers(start + 1, prompt_len), label="end")
+        chunks.append(PrefillChunk(start, end, prompt_len, turn_starts, branch_points))
+    offsets = ref.batch_offsets(policy, chunks)
+    assert len(offsets) == len(chunks)
+    for row, chunk in zip(offsets, chunks, strict=True):
+        assert tuple(chunk.start + o for o in row) == policy.positions(chunk)
+
+
+@given(data=st.data())
+def test_vllm_align_positions_on_grid_strictly_inside(
+    impl: Implementation, data: st.DataObject
+) -> None:
+    """Property 1 (vllm-align): on the hash grid, ``start < p < end``, and as DESIGN §2."""
+    require_placement(impl, "vllm-align")
+    params = data.draw(vllm_params(), label="params")
+    prompt_len = data.draw(st.integers(1, 600), label="prompt_len")
+    unit = params["hash_unit"]
+    start = data.draw(
+        st.one_of(
+            st.integers(0, prompt_len - 1),
+            st.integers(0, (prompt_len - 1) // unit).map(lambda k: k * unit),
+        ),
+        label="start",
+    )
+    end = data.draw(st.integers(start + 1, prompt_len), label="end")
+    found = impl.make_placement("vllm-align", **params).positions(
+        PrefillChunk(start, end, prompt_len)
+    )
+    assert len(found) <= 1
+    for p in found:
+        assert p % unit == 0 and p % hit_unit(params) == 0
+        assert start < p < end <= prompt_len
+    offset, column = oracle_vllm(params, start, end)
+    assert found == ((start + offset,) if column >= 0 else ())
+
+
+@given(data=st.data())
+def test_vllm_align_batch_matches_scalar(data: st.DataObject) -> None:
+    """Property 2 (vllm-align): ``vllm_align_batch`` agrees with the scalar form per row."""
+    params = data.draw(vllm_params(), label="params")
+    policy = ref.VllmAlign(**params)
+    seq_lens = data.draw(st.lists(st.integers(1, 600), min_size=0, max_size=8), label="seq")
+    query_lens = [
+        data.draw(st.integers(1, seq_len), label=f"query_lens[{i}]")
+        for i, seq_len in enumerate(seq_lens)
+    ]
+    offsets, columns = ref.vllm_align_batch(seq_lens, query_lens, policy)
+    assert len(offsets) == len(columns) == len(seq_lens)
+    for seq_len, query_len, offset, column in zip(
+        seq_lens, query_lens, offsets, columns, strict=True
+    ):
+        start = seq_len - query_len
+        found = policy.positions(PrefillChunk(start, seq_len, seq_len))
+        assert (offset, column) == oracle_vllm(params, start, seq_len)
+        if column >= 0:
+            assert found == (start + offset,)
+            assert column == cdiv(seq_len, params["block_size"]) - 2
+            assert start + offset == scalar_position(params, seq_len)
+        else:
+            assert found == () and offset == 0
+
+
+@given(data=st.data())
+def test_vllm_align_chunking_bounded_by_unchunked(
+    impl: Implementation, data: st.DataObject
+) -> None:
+    """Property 3 (vllm-align): no chunked position lies beyond ``P(prompt_len)``."""
+    require_placement(impl, "vllm-align")
+    params = data.draw(vllm_params(with_alignment=True), label="params")
+    prompt_len = data.draw(st.integers(1, 600), label="prompt_len")
+    policy = impl.make_placement("vllm-align", **params)
+    bounds = data.draw(cuts(prompt_len, params["hash_unit"]), label="cuts")
+    limit = scalar_position(params, prompt_len)
+    for start, end in itertools.pairwise(bounds):
+        for p in policy.positions(PrefillChunk(start, end, prompt_len)):
+            assert 0 < p <= limit
+            assert p % hit_unit(params) == 0
+
+
+@given(data=st.data())
+def test_vllm_align_unchunked_equals_scalar(impl: Implementation, data: st.DataObject) -> None:
+    """Property 3 (vllm-align): one chunk over the whole prompt holds exactly ``P(n)``."""
+    require_placement(impl, "vllm-align")
+    params = data.draw(vllm_params(with_alignment=True), label="params")
+    n = data.draw(st.integers(1, 600), label="prompt_len")
+    p = scalar_position(params, n)
+    held = (
+        p >= params["hash_unit"]
+        and p < n
+        and cdiv(n, params["block_size"]) >= 2
+        and p % params["alignment"] == 0
+    )
+    found = impl.make_placement("vllm-align", **params).positions(whole(n))
+    assert found == ((p,) if held else ())
+
+
+# --- construction ----------------------------------------------------------------------
+
+VALID_PARAMS: dict[str, dict[str, Any]] = {
+    "vllm-align": {"block_size": 16, "hash_unit": 16, "alignment": 16},
+    "block-floor": {"block_size": 16},
+    "interval": {"hash_unit": 16, "every": 64},
+    "turns": {"hash_unit": 16, "margin": 8},
+    "branch": {"hash_unit": 16},
+}
+
+
+@pytest.mark.parametrize("name", ALL_POLICIES)
+def test_make_placement_satisfies_protocol(impl: Implementation, name: str) -> None:
+    require_placement(impl, name)
+    policy = impl.make_placement(name, **VALID_PARAMS[name])
+    assert isinstance(policy, PlacementPolicy)
+    assert policy.name == name
+
+
+def test_reference_registry_and_frozen_dataclasses() -> None:
+    assert set(ref.POLICIES) == set(ALL_POLICIES)
+    for name, factory in ref.POLICIES.items():
+        policy = ref.make_placement(name, **VALID_PARAMS[name])
+        assert type(policy) is factory
+        assert type(policy).name == name  # a class attribute, not a field
+        assert dataclasses.is_dataclass(policy)
+        first_field = dataclasses.fields(policy)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(policy, first_field, 1)
+    assert ref.make_placement("vllm-align", block_size=16, hash_unit=8) == ref.VllmAlign(
+        block_size=16, hash_unit=8, hit_alignment=8
+    )
+    assert ref.make_placement("interval", hash_unit=4, from_start=[8]) == ref.Interval(
+        hash_unit=4, from_start=(8,)
+    )
+
+
+# --- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["vllm_align", "blockfloor", "nope", ""])
+def test_unknown_policy_name(impl: Implementation, bad: str) -> None:
+    with pytest.raises(UnknownPolicyError) as caught:
+        impl.make_placement(bad)
+    message = str(caught.value)
+    assert repr(bad) in message or bad in message
+    for known in impl.placement_policies:
+        assert known in message
+
+
+def test_unknown_policy_name_suggests_near_miss() -> None:
+    with pytest.raises(UnknownPolicyError, match="did you mean 'vllm-align'"):
+        ref.make_placement("vllm_align", block_size=16, hash_unit=16)
+
+
+INVALID_CONFIGS = [
+    # (name, params, fragments the message must contain)
+    ("vllm-align", {"block_size": 0, "hash_unit": 16}, ["block_size", "0"]),
+    ("vllm-align", {"block_size": -16, "hash_unit": 16}, ["block_size", "-16"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 0}, ["hash_unit", "0"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 5}, ["hash_unit", "5", "divide"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 8, "hit_alignment": 12}, ["hit_alignment"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 16, "alignment": 0}, ["alignment", "0"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 16, "lookahead": -1}, ["lookahead", "-1"]),
+    ("vllm-align", {"block_size": 16, "hash_unit": 16, "drop_draft_block": 1}, ["drop"]),
+    ("vllm-align", {"block_size": 16.0, "hash_unit": 16}, ["block_size", "16.0"]),
+    ("vllm-align", {"block_size": 16}, ["hash_unit"]),
+    ("block-floor", {"block_size": -1}, ["block_size", "-1"]),
+    ("block-floor", {"block_size": "16"}, ["block_size", "'16'"]),
+    ("block-floor", {"block_size": 16, "hash_unit": 5}, ["hash_unit", "5", "divide"]),
+    ("interval", {"hash_unit": 16, "every": 24}, ["every", "24", "multiple"]),
+    ("interval", {"hash_unit": 16, "every": -16}, ["every", "-16"]),
+    ("interval", {"hash_unit": 16, "from_start": (-1,)}, ["from_start", "-1"]),
+    ("interval", {"hash_unit": 16, "from_end": 5}, ["from_end", "5"]),
+    ("turns", {"hash_unit": 16, "margin": -3}, ["margin", "-3"]),
+    ("turns", {"hash_unit": True, "margin": 0}, ["hash_unit", "True"]),
+    ("branch", {"hash_unit": -4}, ["hash_unit", "-4"]),
+    ("branch", {"hash_unit": 16, "margn": 3}, ["margn"]),
+    ("turns", {"hash_unit": 16, "margn": 3}, ["margn", "margin"]),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "fragments"), INVALID_CONFIGS)
+def test_invalid_params(
+    impl: Implementation, name: str, params: dict[str, Any], fragments: list[str]
+) -> None:
+    require_placement(impl, name)
+    with pytest.raises(InvalidConfigError) as caught:
+        impl.make_placement(name, **params)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from {message!r}"
+
+
+def loose(value: object) -> Any:
+    """``value`` typed as ``Any``, to pass deliberately wrong types to typed functions."""
+    return value
+
+
+BAD_COUNTS = [
+    pytest.param(lambda: ref.vllm_align_position(-1, 16), ["-1"], id="negative-n"),
+    pytest.param(lambda: ref.vllm_align_position(loose(64.0), 16), ["64.0", "int"], id="float-n"),
+    pytest.param(lambda: ref.vllm_align_position(True, 16), ["True"], id="bool-n"),
+    pytest.param(
+        lambda: ref.vllm_align_position(64, 0), ["hit_alignment", "0"], id="zero-alignment"
+    ),
+    pytest.param(
+        lambda: ref.vllm_align_position(64, 16, lookahead=-2),
+        ["lookahead", "-2"],
+        id="negative-lookahead",
+    ),
+    pytest.param(lambda: ref.block_floor_position(-5, 16), ["end", "-5"], id="negative-end"),
+    pytest.param(
+        lambda: ref.block_floor_position(64, -16), ["block_size", "-16"], id="negative-block"
+    ),
+    pytest.param(lambda: ref.block_floor_position(loose("64"), 16), ["'64'"], id="str-end"),
+    pytest.param(
+        lambda: ref.vllm_align_batch([64, -1], [8, 1], _policy()),
+        ["seq_lens[1]", "-1"],
+        id="batch-negative-seq",
+    ),
+    pytest.param(
+        lambda: ref.vllm_align_batch([64], [0], _policy()),
+        ["query_lens[0]", "0"],
+        id="batch-empty-query",
+    ),
+    pytest.param(
+        lambda: ref.vllm_align_batch([64], [65], _policy()),
+        ["65", "64"],
+        id="batch-query-beyond-seq",
+    ),
+    pytest.param(
+        lambda: ref.vllm_align_batch([64], [loose(8.5)], _policy()),
+        ["8.5"],
+        id="batch-float-query",
+    ),
+    pytest.param(
+        lambda: ref.vllm_align_batch([64, 32], [8], _policy()),
+        ["2", "1"],
+        id="batch-length-mismatch",
+    ),
+]
+
+
+def _policy() -> ref.VllmAlign:
+    return ref.VllmAlign(block_size=16, hash_unit=16, alignment=16)
+
+
+@pytest.mark.parametrize(("call", "fragments"), BAD_COUNTS)
+def test_bad_counts_raise_typed_error(call: Any, fragments: list[str]) -> None:
+    with pytest.raises(InvalidTokenCountError) as caught:
+        call()
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from {message!r}"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"start": -1, "end": 4, "prompt_len": 8},
+        {"start": 4, "end": 4, "prompt_len": 8},
+        {"start": 0, "end": 9, "prompt_len": 8},
+        {"start": 0, "end": 4.0, "prompt_len": 8},
+        {"start": 0, "end": 4, "prompt_len": 8, "turn_starts": (-2,)},
+    ],
+)
+def test_bad_chunk_never_reaches_a_policy(fields: dict[str, Any]) -> None:
+    with pytest.raises(InvalidTokenCountError):
+        PrefillChunk(**fields)
+
+
+def test_batch_form_rejects_other_policies() -> None:
+    with pytest.raises(InvalidConfigError, match="VllmAlign"):
+        ref.vllm_align_batch([64], [64], loose(ref.BlockFloor(block_size=16)))
