@@ -1,0 +1,553 @@
+"""``hyckpt demo``: the reference placement policies and checkpoint index, step by step.
+
+The demo reads a configuration (by default the embedded ``sim/default.toml``) and prints
+
+(a) for each placement policy, the positions it captures in each prefill chunk of a
+    sample prompt, and their union (DESIGN section 2);
+(b) a sequence of index operations (reserve, publish, abort, lookup, pin, unpin) with
+    their results, checked against the expected values in the configuration; the DESIGN
+    section 3 seed vectors are part of the default sequence.
+
+:func:`run_demo` returns 0 when every expected value was reproduced, else 1. A
+configuration that cannot be used raises :class:`~reference.errors.InvalidConfigError`
+before anything is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from reference.api import (
+    AlreadyCached,
+    CheckpointIndex,
+    NoSlot,
+    PlacementPolicy,
+    PrefillChunk,
+    Reservation,
+)
+from reference.errors import HyckptError, InvalidConfigError
+from reference.index import make_index
+from reference.placement import make_placement
+
+#: A parsed TOML document.
+Config = dict[str, Any]
+
+DEFAULT_CONFIG_RESOURCE = "default.toml"
+_WIDTH = 100
+_OPS = ("write", "reserve", "publish", "abort", "lookup", "pin", "unpin", "free_count")
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def load_default_config() -> Config:
+    """The embedded default configuration (``sim/default.toml``)."""
+    text = resources.files("sim").joinpath(DEFAULT_CONFIG_RESOURCE).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read a demo configuration from a TOML file.
+
+    Raises:
+        InvalidConfigError: the file cannot be read or is not valid TOML.
+    """
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise InvalidConfigError(
+            f"cannot read demo configuration {str(path)!r}: {error.strerror or error}"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidConfigError(
+            f"demo configuration {str(path)!r} is not valid TOML: {error}"
+        ) from None
+
+
+def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each prefill chunk of a ``length``-token prompt, in order."""
+    return [(start, min(start + chunk_size, length)) for start in range(0, length, chunk_size)]
+
+
+def _table(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, Mapping):
+        raise InvalidConfigError(f"demo configuration needs a [{where}] table")
+    return value
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 0) -> int:
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidConfigError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _ints(table: Mapping[str, Any], key: str, where: str) -> tuple[int, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value
+    ):
+        raise InvalidConfigError(
+            f"{where}.{key} must be a list of non-negative integers, got {value!r}"
+        )
+    return tuple(value)
+
+
+def _str(table: Mapping[str, Any], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidConfigError(f"{where}.{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    length: int
+    block_size: int
+    hash_unit: int
+    chunk_size: int
+    turn_starts: tuple[int, ...]
+    branch_points: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Op:
+    number: int
+    kind: str
+    fields: Mapping[str, Any]
+
+    @property
+    def has_expect(self) -> bool:
+        return "expect" in self.fields or "expect_error" in self.fields
+
+    @property
+    def seed(self) -> bool:
+        return self.fields.get("seed") is True
+
+
+@dataclass(frozen=True)
+class _IndexPlan:
+    capacity: int
+    first_slot: int
+    eviction: str
+    namespace: str
+    hash_unit: int
+    prompts: Mapping[str, list[int]]
+    ops: tuple[_Op, ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    prompt: _Prompt
+    policies: Mapping[str, Mapping[str, Any]]
+    index: _IndexPlan
+
+
+def _parse_prompt(config: Mapping[str, Any]) -> _Prompt:
+    table = _table(config, "prompt", "prompt")
+    prompt = _Prompt(
+        length=_int(table, "length", "prompt", minimum=1),
+        block_size=_int(table, "block_size", "prompt", minimum=1),
+        hash_unit=_int(table, "hash_unit", "prompt", minimum=1),
+        chunk_size=_int(table, "chunk_size", "prompt", minimum=1),
+        turn_starts=_ints(table, "turn_starts", "prompt"),
+        branch_points=_ints(table, "branch_points", "prompt"),
+    )
+    for name in ("turn_starts", "branch_points"):
+        beyond = [p for p in getattr(prompt, name) if p > prompt.length]
+        if beyond:
+            raise InvalidConfigError(
+                f"prompt.{name} {beyond} lie beyond the prompt length {prompt.length}"
+            )
+    return prompt
+
+
+def _parse_prompts(table: Mapping[str, Any]) -> dict[str, list[int]]:
+    prompts: dict[str, list[int]] = {}
+    for name, spec in _table(table, "prompts", "index.prompts").items():
+        where = f"index.prompts.{name}"
+        if not isinstance(spec, Mapping):
+            raise InvalidConfigError(f"[{where}] must be a table with start and stop")
+        start = _int(spec, "start", where)
+        stop = _int(spec, "stop", where, minimum=start + 1)
+        tokens = list(range(start, stop))
+        replace = spec.get("replace", [])
+        if not isinstance(replace, list):
+            raise InvalidConfigError(f"{where}.replace must be a list of [position, token]")
+        for pair in replace:
+            if (
+                not isinstance(pair, list)
+                or len(pair) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+                or not 0 <= pair[0] < len(tokens)
+            ):
+                raise InvalidConfigError(
+                    f"{where}.replace entries must be [position, token] with 0 <= position "
+                    f"< {len(tokens)}, got {pair!r}"
+                )
+            tokens[pair[0]] = pair[1]
+        prompts[name] = tokens
+    if not prompts:
+        raise InvalidConfigError("[index.prompts] must define at least one prompt")
+    return prompts
+
+
+def _parse_op(number: int, raw: object, prompts: Mapping[str, list[int]]) -> _Op:
+    where = f"index.ops[{number - 1}]"
+    if not isinstance(raw, Mapping):
+        raise InvalidConfigError(f"{where} must be a table")
+    kind = raw.get("op")
+    if kind not in _OPS:
+        raise InvalidConfigError(f"{where}.op must be one of {', '.join(_OPS)}; got {kind!r}")
+    if kind in ("write", "reserve", "lookup"):
+        prompt = _str(raw, "prompt", where)
+        if prompt not in prompts:
+            raise InvalidConfigError(
+                f"{where}.prompt {prompt!r} is not defined under [index.prompts]"
+            )
+    if kind in ("write", "reserve"):
+        _int(raw, "tokens", where)
+    if kind == "lookup":
+        _int(raw, "minimum", where)
+        _int(raw, "maximum", where)
+    if kind in ("pin", "unpin"):
+        _int(raw, "slot", where)
+    if kind in ("publish", "abort"):
+        _str(raw, "reservation", where)
+    if "name" in raw:
+        if kind != "reserve":
+            raise InvalidConfigError(f"{where}: only a reserve can be given a name")
+        _str(raw, "name", where)
+    if "expect_error" in raw:
+        _str(raw, "expect_error", where)
+        if "expect" in raw:
+            raise InvalidConfigError(f"{where} has both expect and expect_error")
+    return _Op(number=number, kind=kind, fields=raw)
+
+
+def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
+    table = _table(config, "index", "index")
+    prompts = _parse_prompts(table)
+    raw_ops = table.get("ops")
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise InvalidConfigError("[index] needs a non-empty list of [[index.ops]]")
+    return _IndexPlan(
+        capacity=_int(table, "capacity", "index", minimum=1),
+        first_slot=_int(table, "first_slot", "index"),
+        eviction=_str(table, "eviction", "index"),
+        namespace=_str(table, "namespace", "index"),
+        hash_unit=_int(table, "hash_unit", "index", minimum=1),
+        prompts=prompts,
+        ops=tuple(_parse_op(number, raw, prompts) for number, raw in enumerate(raw_ops, 1)),
+    )
+
+
+def _parse(config: Mapping[str, Any]) -> _Plan:
+    prompt = _parse_prompt(config)
+    policies = _table(config, "placement", "placement")
+    if not policies:
+        raise InvalidConfigError("[placement] must configure at least one policy")
+    for name, params in policies.items():
+        if not isinstance(params, Mapping):
+            raise InvalidConfigError(f"[placement.{name}] must be a table of parameters")
+    return _Plan(prompt=prompt, policies=policies, index=_parse_index(config))
+
+
+# --- placement -------------------------------------------------------------------------
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_format_value(item) for item in value) + "]"
+    return str(value)
+
+
+def _positions_text(positions: Sequence[int]) -> str:
+    return ", ".join(str(p) for p in positions) if positions else "-"
+
+
+def _wrapped(label: str, text: str, indent: int) -> str:
+    return textwrap.fill(
+        text,
+        width=_WIDTH,
+        initial_indent=f"{label:<{indent}}",
+        subsequent_indent=" " * indent,
+        break_on_hyphens=False,
+    )
+
+
+def _show_placement(plan: _Plan, policies: Mapping[str, PlacementPolicy], out: TextIO) -> None:
+    prompt = plan.prompt
+    chunks = chunk_bounds(prompt.length, prompt.chunk_size)
+    digits = len(str(prompt.length))
+    print(
+        f"Placement (DESIGN section 2): positions captured in each prefill chunk of a "
+        f"{prompt.length}-token prompt",
+        file=out,
+    )
+    print(
+        f"  block size {prompt.block_size}, hash unit {prompt.hash_unit}, "
+        f"{len(chunks)} chunks of up to {prompt.chunk_size} tokens",
+        file=out,
+    )
+    print(
+        f"  user turns start at {_positions_text(prompt.turn_starts)}; "
+        f"branch points {_positions_text(prompt.branch_points)}",
+        file=out,
+    )
+    label_width = 4 + len("chunk [") + 2 * digits + len(", )") + 2
+    for name, params in plan.policies.items():
+        policy = policies[name]
+        settings = " ".join(f"{key}={_format_value(value)}" for key, value in params.items())
+        print(file=out)
+        print(f"{name:<12} {settings}".rstrip(), file=out)
+        captured: set[int] = set()
+        for start, end in chunks:
+            chunk = PrefillChunk(
+                start, end, prompt.length, prompt.turn_starts, prompt.branch_points
+            )
+            positions = tuple(policy.positions(chunk))
+            captured.update(positions)
+            label = f"    chunk [{start:>{digits}}, {end:>{digits}})"
+            print(_wrapped(label, _positions_text(positions), label_width), file=out)
+        union = sorted(captured)
+        print(_wrapped(f"    all ({len(union)})", _positions_text(union), label_width), file=out)
+
+
+# --- index -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Result:
+    """What an operation returned: ``value`` is compared with ``expect``, ``text`` shown."""
+
+    value: object
+    text: str
+    error: str | None = None  # the class names of a HyckptError raised, outermost first
+
+
+def _reserve_result(outcome: object) -> _Result:
+    if isinstance(outcome, Reservation):
+        return _Result(
+            {"outcome": "reserved", "slot": outcome.slot}, f"reserved slot {outcome.slot}"
+        )
+    if isinstance(outcome, AlreadyCached):
+        state = "published" if outcome.published else "being written"
+        return _Result(
+            {"outcome": "already-cached", "slot": outcome.slot, "published": outcome.published},
+            f"already cached in slot {outcome.slot} ({state})",
+        )
+    if isinstance(outcome, NoSlot):
+        return _Result({"outcome": "no-slot"}, f"no slot ({outcome.reason})")
+    return _Result(outcome, f"unexpected outcome {outcome!r}")
+
+
+def _expected_text(op: _Op) -> str:
+    if "expect_error" in op.fields:
+        return f"raises {op.fields['expect_error']}"
+    expect = op.fields["expect"]
+    if op.kind == "lookup" and isinstance(expect, list):
+        return f"hit ({expect[0]}, {expect[1]})" if len(expect) == 2 else "miss"
+    if op.kind == "write" and isinstance(expect, int):
+        return f"published in slot {expect}"
+    if op.kind == "reserve" and isinstance(expect, Mapping):
+        outcome = expect.get("outcome")
+        if outcome == "reserved":
+            return f"reserved slot {expect.get('slot')}"
+        if outcome == "already-cached":
+            state = "published" if expect.get("published") else "being written"
+            return f"already cached in slot {expect.get('slot')} ({state})"
+        if outcome == "no-slot":
+            return "no slot"
+    if op.kind in ("pin", "unpin") and isinstance(expect, int):
+        return f"pins = {expect}"
+    if op.kind == "free_count" and isinstance(expect, int):
+        return f"{expect} free"
+    return _format_value(expect)
+
+
+def _describe(op: _Op) -> str:
+    f = op.fields
+    if op.kind in ("write", "reserve"):
+        text = f"{op.kind} {f['prompt']}[:{f['tokens']}]"
+        return f"{text} as {f['name']}" if "name" in f else text
+    if op.kind == "lookup":
+        return f"lookup {f['prompt']}, {f['minimum']} < tokens <= {f['maximum']}"
+    if op.kind in ("publish", "abort"):
+        return f"{op.kind} {f['reservation']}"
+    if op.kind in ("pin", "unpin"):
+        return f"{op.kind} slot {f['slot']}"
+    return op.kind
+
+
+class _Player:
+    def __init__(self, plan: _IndexPlan) -> None:
+        self.plan = plan
+        self.index: CheckpointIndex = make_index(
+            plan.capacity,
+            first_slot=plan.first_slot,
+            eviction=plan.eviction,
+            hash_unit=plan.hash_unit,
+        )
+        self.reservations: dict[str, Reservation] = {}
+
+    def play(self, op: _Op) -> _Result:
+        try:
+            return self._play(op)
+        except HyckptError as error:
+            names = " ".join(cls.__name__ for cls in type(error).__mro__)
+            return _Result(None, f"raised {type(error).__name__}: {error}", error=names)
+
+    def _reservation(self, name: str) -> Reservation | None:
+        return self.reservations.get(name)
+
+    def _play(self, op: _Op) -> _Result:
+        f, index, namespace = op.fields, self.index, self.plan.namespace
+        if op.kind in ("write", "reserve"):
+            prompt = self.plan.prompts[f["prompt"]]
+            outcome = index.reserve(namespace, prompt, f["tokens"])
+            if op.kind == "reserve":
+                if isinstance(outcome, Reservation) and "name" in f:
+                    self.reservations[f["name"]] = outcome
+                return _reserve_result(outcome)
+            if not isinstance(outcome, Reservation):
+                result = _reserve_result(outcome)
+                return _Result(result.value, f"reserve gave {result.text}, nothing written")
+            if index.publish(outcome):
+                return _Result(outcome.slot, f"published in slot {outcome.slot}")
+            return _Result(None, f"reserved slot {outcome.slot} but publish returned False")
+        if op.kind in ("publish", "abort"):
+            reservation = self._reservation(f["reservation"])
+            if reservation is None:
+                return _Result(None, f"no open reservation named {f['reservation']!r}")
+            if op.kind == "abort":
+                index.abort(reservation)
+                return _Result(None, f"slot {reservation.slot} returned to the free list")
+            published = index.publish(reservation)
+            return _Result(published, "published" if published else "not published")
+        if op.kind == "lookup":
+            prompt = self.plan.prompts[f["prompt"]]
+            hit = index.lookup(namespace, prompt, f["minimum"], f["maximum"])
+            if hit is None:
+                return _Result([], "miss")
+            return _Result([hit.tokens, hit.slot], f"hit ({hit.tokens}, {hit.slot})")
+        if op.kind in ("pin", "unpin"):
+            count = index.pin(f["slot"]) if op.kind == "pin" else index.unpin(f["slot"])
+            return _Result(count, f"pins = {count}")
+        free = index.free_count()
+        return _Result(free, f"{free} free")
+
+
+def _matches(op: _Op, result: _Result) -> bool:
+    if "expect_error" in op.fields:
+        return result.error is not None and op.fields["expect_error"] in result.error.split()
+    if result.error is not None:
+        return False
+    return "expect" not in op.fields or result.value == op.fields["expect"]
+
+
+def _show_index(player: _Player, out: TextIO) -> tuple[int, list[int], list[str]]:
+    """Play the operations; return (checked, failed step numbers, seed results)."""
+    plan = player.plan
+    print(
+        f"Index (DESIGN section 3): capacity {plan.capacity} from slot {plan.first_slot}, "
+        f"eviction {plan.eviction}, namespace {plan.namespace!r}, hash unit {plan.hash_unit}",
+        file=out,
+    )
+    for name, tokens in plan.prompts.items():
+        print(f"  prompt {name}: {_prompt_text(tokens)}", file=out)
+    print(file=out)
+    rows: list[tuple[str, str, str, str]] = [("#", "operation", "check", "result")]
+    checked, failed, seeds = 0, [], []
+    for op in plan.ops:
+        result = player.play(op)
+        check, text = "-", result.text
+        if op.has_expect or result.error is not None:
+            checked += 1
+            if _matches(op, result):
+                check = "ok, seed" if op.seed else "ok"
+                if op.seed:
+                    seeds.append(_seed_text(op, result))
+            else:
+                failed.append(op.number)
+                check = "MISMATCH"
+                expected = _expected_text(op) if op.has_expect else "no error"
+                text = f"{text}; expected {expected}"
+        rows.append((str(op.number), _describe(op), check, text))
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for number, description, check, text in rows:
+        label = f"  {number:>{widths[0]}}  {description:<{widths[1]}}  {check:<{widths[2]}}  "
+        print(_wrapped(label, text, len(label)), file=out)
+    return checked, failed, seeds
+
+
+def _seed_text(op: _Op, result: _Result) -> str:
+    f = op.fields
+    if op.kind == "lookup" and isinstance(result.value, list) and len(result.value) == 2:
+        tokens, slot = result.value
+        return f"{f['prompt']} ({f['minimum']}, {f['maximum']}] -> ({tokens}, {slot})"
+    return f"{_describe(op)} -> {result.text}"
+
+
+def _prompt_text(tokens: Sequence[int]) -> str:
+    """``0..63`` for a range, with the positions that differ from it listed."""
+    base = list(range(tokens[0], tokens[0] + len(tokens)))
+    changed = [f"[{i}] = {t}" for i, (t, b) in enumerate(zip(tokens, base, strict=True)) if t != b]
+    text = f"tokens {tokens[0]}..{tokens[0] + len(tokens) - 1} ({len(tokens)} tokens)"
+    return f"{text} with {', '.join(changed)}" if changed else text
+
+
+# --- entry point -----------------------------------------------------------------------
+
+
+def run_demo(config: Mapping[str, Any] | None = None, out: TextIO | None = None) -> int:
+    """Print the placement and index report for ``config``; 0 if all expectations held.
+
+    Args:
+        config: a parsed configuration shaped like ``sim/default.toml``; ``None`` uses
+            the embedded default.
+        out: where to write the report; ``None`` means ``sys.stdout`` at call time.
+
+    Returns:
+        0 when every operation with an ``expect`` (or ``expect_error``) produced it,
+        1 otherwise.
+
+    Raises:
+        InvalidConfigError: ``config`` is malformed, or a placement policy or the index
+            rejected its parameters (raised before any output).
+        UnknownPolicyError: a placement or eviction policy name is not registered.
+    """
+    stream = sys.stdout if out is None else out
+    plan = _parse(load_default_config() if config is None else config)
+    # Build everything before printing, so a bad parameter fails before any output.
+    policies = {name: make_placement(name, **params) for name, params in plan.policies.items()}
+    player = _Player(plan.index)
+    print("hyckpt demo: reference placement policies and checkpoint index", file=stream)
+    print("=" * 62, file=stream)
+    print(file=stream)
+    _show_placement(plan, policies, stream)
+    print(file=stream)
+    checked, failed, seeds = _show_index(player, stream)
+    print(file=stream)
+    if failed:
+        steps = ", ".join(str(n) for n in failed)
+        print(
+            f"FAILED: {len(failed)} of {checked} index results differ from the expected "
+            f"values (steps {steps})",
+            file=stream,
+        )
+        return 1
+    seed_text = f", seed vectors included ({'; '.join(seeds)})" if seeds else ""
+    print(f"OK: all {checked} expected index results reproduced{seed_text}", file=stream)
+    return 0
