@@ -5,6 +5,7 @@
     hyckpt                      run the demo with the embedded configuration
     hyckpt demo [--config FILE] run the demo (FILE shaped like sim/default.toml)
     hyckpt bench index [...]    index micro-benchmark (sim.bench.index_bench)
+    hyckpt sizes [...]          checkpoint sizes of real hybrid models (sim.sizes_cmd)
     hyckpt --version
 
 Exit codes: 0 success, 1 a check failed (e.g. the demo did not reproduce its expected
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from reference.errors import HyckptError
+from sim import sizes_cmd
 
 PROG = "hyckpt"
 BENCH_INDEX_MODULE = "sim.bench.index_bench"
@@ -41,6 +43,10 @@ def _run_demo(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
     config = None if args.config is None else load_config(args.config)
     return run_demo(config, sys.stdout)
+
+
+def _run_sizes(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return sizes_cmd.run(args)
 
 
 def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -103,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML configuration shaped like sim/default.toml (default: the embedded one)",
     )
     demo.set_defaults(handler=_run_demo, command_parser=demo)
+
+    sizes = commands.add_parser(
+        "sizes",
+        help="checkpoint sizes of real hybrid models (recurrent and partial-KV axes)",
+        description="Per-sequence recurrent bytes, per-token KV bytes and snapshot-slot bytes "
+        "of real model families, from their published configurations (docs/SIZES.md).",
+    )
+    sizes_cmd.add_arguments(sizes)
+    sizes.set_defaults(handler=_run_sizes, command_parser=sizes)
 
     bench = commands.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
     benches = bench.add_subparsers(title="benchmarks", metavar="BENCHMARK", required=True)
