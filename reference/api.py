@@ -264,19 +264,37 @@ class CheckpointIndex(Protocol):
     def free_count(self) -> int: ...
 
 
-# --- storage and exporter (implemented by the storage issue) ---------------------------
+# --- storage and exporter --------------------------------------------------------------
 
 
 @runtime_checkable
 class SnapshotStorage(Protocol):
     """Preallocated slabs with one leading snapshot-slot index per axis (DESIGN §4).
 
-    Axes: *recurrent* (every recurrent layer's conv window ``[conv_dim, d_conv-1]`` and
-    state — Mamba2 ``[H, P, N]``, DeltaNet ``[HV, dk, dv]`` —, every sliding-window ring,
-    and the boundary hidden row ``[hidden]`` when configured) and *partial KV* (one
-    page ``[B, kv_heads, head_dim]`` per full-attention layer for K and V, plus the
-    paired draft page when a draft pool is configured). ``stream`` is a CUDA stream on
-    the GPU layer and ignored by the reference.
+    Built by ``Implementation.make_storage(live, recurrent_slots, partial_kv_slots, *,
+    boundary_hidden_dim=0, boundary_hidden_dtype=torch.float64)`` from a
+    :class:`~reference.state.LiveState`, whose tensors it copies from and to.
+
+    Axes and slab groups (``slab(group, name)``; every slab is ``[slots, *per_slot]``):
+
+    - *recurrent* axis, ``recurrent_slot_count()`` slots: group ``"recurrent"`` holds one
+      slab per ``live.recurrent`` name (conv window ``[conv_dim, d_conv-1]``, Mamba2
+      state ``[H, P, N]``, DeltaNet state ``[HV, dk, dv]``, sliding-window ring
+      ``[W-1, kv_heads, head_dim]``), and group ``"boundary_hidden"`` the slab
+      ``"hidden"`` ``[slots, boundary_hidden_dim]`` when ``boundary_hidden_dim > 0``;
+    - *partial-KV* axis, ``partial_kv_slot_count()`` slots: group ``"kv"`` holds one page
+      ``[B, kv_heads, head_dim]`` per ``live.kv_pages`` name, and group ``"draft_kv"``
+      one per ``live.draft_kv_pages`` name when a draft pool is configured (the paired
+      draft page rides on the base page's slot).
+
+    Rules: a capture copies the live bytes and nothing else; a partial-KV capture copies
+    rows ``[0, valid)`` and a restore writes only rows ``[0, valid)`` of the destination
+    page; ``0 <= valid <= B``. Restoring from a slot never captured (for the boundary
+    hidden row: never captured with ``capture_boundary_hidden``; for a paired restore:
+    never captured paired), or more rows than the slot holds, is an error. Every misuse
+    raises a typed error of :mod:`reference.errors` and leaves the slabs, the capture
+    records and the live tensors unchanged. ``stream`` is a CUDA stream on the GPU layer
+    and ignored by the reference. Every index is a Python ``int`` (not ``bool``).
     """
 
     def recurrent_slot_count(self) -> int: ...
@@ -285,27 +303,78 @@ class SnapshotStorage(Protocol):
 
     def boundary_hidden_dim(self) -> int: ...
 
-    def recurrent_bytes_per_slot(self) -> int: ...
+    def has_draft(self) -> bool:
+        """Whether a draft pool is configured (paired partial-KV operations allowed)."""
+        ...
 
-    def partial_kv_bytes_per_slot(self) -> int: ...
+    def recurrent_bytes_per_slot(self) -> int:
+        """Bytes of one recurrent slot: every ``"recurrent"`` slab's slot plus the boundary
+        hidden row."""
+        ...
 
-    def zero_recurrent(self, batch_slot: int, stream: object | None = None) -> None: ...
+    def partial_kv_bytes_per_slot(self) -> int:
+        """Bytes of one partial-KV slot: every ``"kv"`` and ``"draft_kv"`` page."""
+        ...
+
+    def slab(self, group: str, name: str) -> torch.Tensor:
+        """The slab ``[slots, *per_slot]`` of ``name`` in ``group`` (``"recurrent"``,
+        ``"boundary_hidden"``, ``"kv"``, ``"draft_kv"``), for writers such as the exporter."""
+        ...
+
+    def slabs(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Every slab: group → name → slab. All four groups are present; a group that is
+        not configured maps to an empty dict."""
+        ...
+
+    def is_recurrent_captured(self, snapshot_slot: int) -> bool:
+        """Whether ``restore_recurrent`` from this slot is allowed."""
+        ...
+
+    def is_boundary_hidden_captured(self, snapshot_slot: int) -> bool:
+        """Whether ``restore_boundary_hidden`` from this slot is allowed."""
+        ...
+
+    def partial_kv_rows(self, snapshot_slot: int) -> int | None:
+        """Rows the last partial-KV capture of this slot copied, ``None`` if never captured."""
+        ...
+
+    def partial_kv_paired(self, snapshot_slot: int) -> bool:
+        """Whether the last partial-KV capture of this slot included the draft page."""
+        ...
+
+    def mark_recurrent_captured(self, snapshot_slot: int) -> None:
+        """Record that every ``"recurrent"`` slab of this slot was written through
+        :meth:`slab` (e.g. by the prefill exporter), so it may be restored."""
+        ...
+
+    def zero_recurrent(self, batch_slot: int, stream: object | None = None) -> None:
+        """Zero every live recurrent tensor at ``batch_slot`` (a sequence with no prefix)."""
+        ...
 
     def capture_recurrent(
         self, snapshot_slot: int, batch_slot: int, stream: object | None = None
-    ) -> None: ...
+    ) -> None:
+        """Copy every live recurrent tensor's ``[batch_slot]`` into the slot (not the
+        boundary hidden row)."""
+        ...
 
     def restore_recurrent(
         self, snapshot_slot: int, batch_slot: int, stream: object | None = None
-    ) -> None: ...
+    ) -> None:
+        """Copy the slot into every live recurrent tensor's ``[batch_slot]``."""
+        ...
 
     def capture_partial_kv(
         self, snapshot_slot: int, page: int, valid: int, stream: object | None = None
-    ) -> None: ...
+    ) -> None:
+        """Copy rows ``[0, valid)`` of base page ``page`` of every full-attention tensor."""
+        ...
 
     def restore_partial_kv(
         self, snapshot_slot: int, page: int, valid: int, stream: object | None = None
-    ) -> None: ...
+    ) -> None:
+        """Write rows ``[0, valid)`` of base page ``page``; rows ``>= valid`` untouched."""
+        ...
 
     def capture_partial_kv_paired(
         self,
@@ -314,7 +383,9 @@ class SnapshotStorage(Protocol):
         draft_page: int,
         valid: int,
         stream: object | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Capture rows ``[0, valid)`` of the base page and of the draft page into one slot."""
+        ...
 
     def restore_partial_kv_paired(
         self,
@@ -323,7 +394,9 @@ class SnapshotStorage(Protocol):
         draft_page: int,
         valid: int,
         stream: object | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Restore rows ``[0, valid)`` of both pages from a slot captured paired."""
+        ...
 
     def capture_boundary_hidden(
         self,
@@ -352,11 +425,26 @@ class SnapshotStorage(Protocol):
 class PrefillExporter(Protocol):
     """Stores checkpoints emitted inside a prefill batch in one pass (DESIGN §5).
 
-    Shapes: ``raw_inputs [total_tokens, conv_dim]`` (conv inputs of the packed batch),
-    ``cu_seqlens [rows + 1]`` (int64), ``initial_conv [rows, conv_dim, d_conv - 1]``,
-    ``emitted_states [rows, *state_shape]``, ``offsets [rows]`` (0 = none),
-    ``destinations [rows]`` (-1 = none), ``conv_slab [slots, conv_dim, d_conv - 1]``,
-    ``state_slab [slots, *state_shape]``.
+    Built by ``Implementation.make_exporter()``. One call handles one recurrent layer of a
+    packed batch of ``rows`` sequences; row ``i`` computed tokens
+    ``raw_inputs[cu_seqlens[i]:cu_seqlens[i+1]]``.
+
+    Shapes (``W = d_conv - 1``; ``slots`` = snapshot slots of the slabs):
+    ``raw_inputs [total_tokens, conv_dim]`` (raw conv inputs of the chunk),
+    ``cu_seqlens [rows + 1]`` (int32/int64, ``cu_seqlens[0] == 0``, non-decreasing,
+    ``cu_seqlens[-1] <= total_tokens``), ``initial_conv [rows, conv_dim, W]`` (each row's
+    conv window before the chunk), ``emitted_states [rows, *state_shape]`` (the state at
+    each row's offset; ``[emitted, *state_shape]`` with ``recurrent_rows``),
+    ``offsets [rows]`` (0 = none), ``destinations [rows]`` (-1 = none),
+    ``conv_slab [slots, conv_dim, W]``, ``state_slab [slots, *state_shape]``,
+    ``recurrent_rows [rows]`` (optional: row ``i``'s state is
+    ``emitted_states[recurrent_rows[i]]``; -1 allowed for rows without a checkpoint).
+
+    Row ``i`` has a checkpoint when ``offsets[i] > 0`` and ``destinations[i] != -1``; then
+    ``conv_slab[d]`` receives the last ``W`` raw inputs before the offset, oldest first
+    (the oldest from ``initial_conv[i]`` when ``offsets[i] < W``) and ``state_slab[d]``
+    the emitted state. Nothing else is written. Every argument is validated before
+    anything is written; a bad one raises a typed error of :mod:`reference.errors`.
     """
 
     def export(
@@ -370,6 +458,7 @@ class PrefillExporter(Protocol):
         destinations: torch.Tensor,
         conv_slab: torch.Tensor,
         state_slab: torch.Tensor,
+        recurrent_rows: torch.Tensor | None = None,
         stream: object | None = None,
     ) -> None: ...
 
@@ -390,7 +479,10 @@ class Implementation:
         eviction_policies: names ``make_index(eviction=...)`` accepts.
         capabilities: feature flags such as ``"two-phase-publish"``, ``"pin"``,
             ``"draft-pairing"``; tests of a missing feature skip with a reason.
-        make_storage, make_exporter: ``None`` until the implementation provides them.
+        make_storage: ``(live, recurrent_slots, partial_kv_slots, *,
+            boundary_hidden_dim=0, boundary_hidden_dtype=torch.float64) -> SnapshotStorage``
+            (``live`` is a :class:`~reference.state.LiveState`); ``None`` if not provided.
+        make_exporter: ``() -> PrefillExporter``; ``None`` if not provided.
     """
 
     name: str

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from reference import eviction, index, placement
 from reference.api import Implementation
+from reference.export import ReferenceExporter
+from reference.storage import ReferenceStorage
 
-CAPABILITIES = frozenset({"two-phase-publish", "pin", "invalidate", "byte-budget"})
+CAPABILITIES = frozenset(
+    {"two-phase-publish", "pin", "invalidate", "byte-budget", "draft-pairing", "boundary-hidden"}
+)
 
 
 def implementation() -> Implementation:
@@ -17,4 +21,6 @@ def implementation() -> Implementation:
         placement_policies=frozenset(placement.POLICIES),
         eviction_policies=frozenset(eviction.POLICIES),
         capabilities=CAPABILITIES,
+        make_storage=ReferenceStorage,
+        make_exporter=ReferenceExporter,
     )

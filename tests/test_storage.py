@@ -1,0 +1,896 @@
+"""Conformance tests of snapshot storage (DESIGN §4), through the Protocols only.
+
+Every storage is built with ``impl.make_storage`` from a synthetic
+:class:`~reference.state.LiveState` of random tensors (no model needed); run them against
+another implementation with ``pytest --impl module:factory``. Copies must be bitwise, so
+tensors carry NaNs with non-canonical payloads and ``-0.0``, and comparisons are made on
+the raw bits (:func:`same_bits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference.api import Implementation, SnapshotStorage
+from reference.errors import (
+    AxisNotConfiguredError,
+    HyckptError,
+    InvalidConfigError,
+    LayoutMismatchError,
+    NeverCapturedError,
+    SlotOutOfRangeError,
+    ValidRowsError,
+)
+from reference.index import capacity_for_budget
+from reference.state import LiveState
+from reference.storage import bytes_per_slot
+from tests.conftest import require
+
+DTYPES = (torch.float64, torch.float32, torch.bfloat16)
+#: Integer dtype of the same width, to compare floats bit for bit.
+INT_VIEW = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+}
+#: A signalling NaN with a payload, per dtype (copies must keep it as is).
+NAN_BITS = {
+    torch.float64: 0x7FF0_0000_0000_0BAD,
+    torch.float32: 0x7F80_0BAD,
+    torch.bfloat16: 0x7F8B,
+    torch.float16: 0x7C0B,
+}
+SENTINEL_BITS = {
+    torch.float64: 0x7FF8_0000_05E7_11E1,
+    torch.float32: 0x7FC5_E71E,
+    torch.bfloat16: 0x7FC5,
+    torch.float16: 0x7E05,
+}
+BATCH_SLOTS = 3
+NUM_PAGES = 4
+BLOCK = 4
+HIDDEN_DIM = 5
+
+
+# --- helpers shared with tests/test_storage_stateful.py and tests/test_export.py -----------
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits (an integer view) for a float tensor, else the tensor."""
+    view = INT_VIEW.get(tensor.dtype)
+    return tensor.view(view) if view is not None else tensor
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality, NaN payloads and signed zeros included."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Random values with a NaN payload every 7th element and a ``-0.0`` every 11th."""
+    tensor = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+    flat = tensor.view(-1)
+    flat[::11] = -0.0
+    bits(flat)[3::7] = NAN_BITS[dtype]
+    return tensor
+
+
+def poison(tensor: torch.Tensor) -> torch.Tensor:
+    """Fill ``tensor`` with a sentinel NaN pattern (in place) and return it."""
+    bits(tensor).fill_(SENTINEL_BITS[tensor.dtype])
+    return tensor
+
+
+def make_live(
+    gen: torch.Generator,
+    dtype: torch.dtype = torch.float64,
+    *,
+    draft: bool = True,
+    kv: bool = True,
+    recurrent: bool = True,
+    block: int = BLOCK,
+) -> LiveState:
+    """A synthetic live state: a Mamba2-like layer, a sliding-window ring, attention pages.
+
+    The Mamba state is float32 whatever ``dtype`` is (mixed dtypes are common). Draft
+    pages reuse the base names on purpose: they live in another slab group.
+    """
+    rec: dict[str, torch.Tensor] = {}
+    if recurrent:
+        rec = {
+            "0.conv": random_tensor((BATCH_SLOTS, 6, 3), dtype, gen),
+            "0.ssm": random_tensor((BATCH_SLOTS, 2, 3, 2), torch.float32, gen),
+            "1.ring_k": random_tensor((BATCH_SLOTS, 2, 1, 3), dtype, gen),
+            "1.ring_v": random_tensor((BATCH_SLOTS, 2, 1, 3), dtype, gen),
+        }
+    pages: dict[str, torch.Tensor] = {}
+    draft_pages: dict[str, torch.Tensor] = {}
+    if kv:
+        pages = {
+            name: random_tensor((NUM_PAGES, block, 2, 3), dtype, gen) for name in ("2.k", "2.v")
+        }
+    if kv and draft:
+        draft_pages = {
+            name: random_tensor((NUM_PAGES, block, 1, 4), dtype, gen) for name in ("2.k", "2.v")
+        }
+    return LiveState(recurrent=rec, kv_pages=pages, draft_kv_pages=draft_pages)
+
+
+def build(
+    impl: Implementation,
+    live: LiveState,
+    recurrent_slots: int = 3,
+    partial_kv_slots: int = 3,
+    **options: object,
+) -> SnapshotStorage:
+    """``impl.make_storage(...)``; skips the test when the implementation has no storage."""
+    if impl.make_storage is None:
+        pytest.skip(f"{impl.name} provides no snapshot storage")
+    return impl.make_storage(live, recurrent_slots, partial_kv_slots, **options)
+
+
+def records(storage: SnapshotStorage) -> tuple[object, ...]:
+    """Every capture record of every slot."""
+    rec = tuple(
+        (storage.is_recurrent_captured(s), storage.is_boundary_hidden_captured(s))
+        for s in range(storage.recurrent_slot_count())
+    )
+    part = tuple(
+        (storage.partial_kv_rows(s), storage.partial_kv_paired(s))
+        for s in range(storage.partial_kv_slot_count())
+    )
+    return rec, part
+
+
+def everything(
+    storage: SnapshotStorage, live: LiveState, *extra: torch.Tensor, skip: str = ""
+) -> list[object]:
+    """The records, then clones of every slab (but group ``skip``), live and ``extra`` tensor."""
+    slabs = storage.slabs()
+    tensors = [t for group, ts in slabs.items() if group != skip for t in ts.values()]
+    tensors += [*live.recurrent.values(), *live.kv_pages.values(), *live.draft_kv_pages.values()]
+    tensors += extra
+    return [records(storage), *(t.clone() for t in tensors)]
+
+
+def assert_unchanged(before: list[object], after: list[object]) -> None:
+    assert before[0] == after[0], "capture records changed"
+    for i, (a, b) in enumerate(zip(before[1:], after[1:], strict=True)):
+        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        assert same_bits(a, b), f"tensor #{i} changed"
+
+
+def slab_bytes(slabs: dict[str, torch.Tensor]) -> int:
+    """Bytes one slot occupies in ``slabs`` (measured on the allocated tensors)."""
+    return sum(t[0].numel() * t.element_size() for t in slabs.values())
+
+
+# --- layout ------------------------------------------------------------------------------
+
+
+def test_slabs_are_zeroed_and_lead_with_the_snapshot_slot(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(1), torch.bfloat16)
+    storage = build(impl, live, 5, 2, boundary_hidden_dim=HIDDEN_DIM)
+    assert isinstance(storage, SnapshotStorage)
+    slabs = storage.slabs()
+    assert set(slabs) == {"recurrent", "boundary_hidden", "kv", "draft_kv"}
+    pools = {"recurrent": live.recurrent, "kv": live.kv_pages, "draft_kv": live.draft_kv_pages}
+    slots = {"recurrent": 5, "kv": 2, "draft_kv": 2}
+    for group, tensors in pools.items():
+        assert set(slabs[group]) == set(tensors)
+        for name, t in tensors.items():
+            slab = storage.slab(group, name)
+            assert slab.shape == (slots[group], *t.shape[1:]) and slab.dtype == t.dtype
+            assert not slab.any()
+    hidden = storage.slab("boundary_hidden", "hidden")
+    assert hidden.shape == (5, HIDDEN_DIM) and hidden.dtype == torch.float64 and not hidden.any()
+    assert storage.recurrent_slot_count() == 5 and storage.partial_kv_slot_count() == 2
+    assert storage.boundary_hidden_dim() == HIDDEN_DIM and storage.has_draft()
+    assert records(storage) == (((False, False),) * 5, ((None, False),) * 2)
+
+
+@given(
+    dtype=st.sampled_from(DTYPES),
+    draft=st.booleans(),
+    hidden_dim=st.sampled_from([0, 1, 7]),
+    hidden_dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]),
+    slots=st.integers(1, 3),
+)
+def test_bytes_per_slot_equals_allocated_bytes(
+    impl: Implementation,
+    dtype: torch.dtype,
+    draft: bool,
+    hidden_dim: int,
+    hidden_dtype: torch.dtype,
+    slots: int,
+) -> None:
+    live = make_live(torch.Generator().manual_seed(2), dtype, draft=draft)
+    storage = build(
+        impl, live, slots, slots, boundary_hidden_dim=hidden_dim, boundary_hidden_dtype=hidden_dtype
+    )
+    slabs = storage.slabs()
+    assert storage.recurrent_bytes_per_slot() == slab_bytes(slabs["recurrent"]) + slab_bytes(
+        slabs["boundary_hidden"]
+    )
+    assert storage.partial_kv_bytes_per_slot() == slab_bytes(slabs["kv"]) + slab_bytes(
+        slabs["draft_kv"]
+    )
+    if hidden_dim:
+        assert slab_bytes(slabs["boundary_hidden"]) == hidden_dim * hidden_dtype.itemsize
+    if draft:
+        assert slab_bytes(slabs["draft_kv"]) > 0
+    # The allocation-free computation agrees with what was allocated.
+    computed = bytes_per_slot(live, hidden_dim, hidden_dtype)
+    assert computed.recurrent_total == storage.recurrent_bytes_per_slot()
+    assert computed.partial_kv_total == storage.partial_kv_bytes_per_slot()
+
+
+def test_bytes_per_slot_needs_no_allocation() -> None:
+    """On ``meta`` tensors (no memory): a 1 GiB-per-slot layout is sized from shapes alone."""
+    live = LiveState(
+        recurrent={"0.conv": torch.empty((64, 8192, 3), device="meta", dtype=torch.bfloat16)},
+        kv_pages={"1.k": torch.empty((4096, 256, 8, 128), device="meta", dtype=torch.float16)},
+        draft_kv_pages={"1.k": torch.empty((4096, 256, 1, 128), device="meta")},
+    )
+    sizes = bytes_per_slot(live, 4096, torch.bfloat16)
+    assert dict(sizes.recurrent) == {
+        "recurrent/0.conv": 8192 * 3 * 2,
+        "boundary_hidden/hidden": 4096 * 2,
+    }
+    assert dict(sizes.partial_kv) == {"kv/1.k": 256 * 8 * 128 * 2, "draft_kv/1.k": 256 * 128 * 4}
+    budget = 10 * sizes.partial_kv_total + 1
+    assert capacity_for_budget(budget, sizes.partial_kv) == 10
+
+
+# --- recurrent axis ----------------------------------------------------------------------
+
+
+@given(
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**31),
+    source=st.integers(0, BATCH_SLOTS - 1),
+    target=st.integers(0, BATCH_SLOTS - 1),
+    snap=st.integers(0, 2),
+)
+def test_recurrent_capture_restore_into_another_batch_slot_is_bitwise(
+    impl: Implementation, dtype: torch.dtype, seed: int, source: int, target: int, snap: int
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    live = make_live(gen, dtype)
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    captured = {name: t[source].clone() for name, t in live.recurrent.items()}
+    storage.capture_recurrent(snap, source)
+    # The snapshot does not follow later changes of the live state.
+    for t in live.recurrent.values():
+        t.copy_(random_tensor(tuple(t.shape), t.dtype, gen))
+    before = {name: t.clone() for name, t in live.recurrent.items()}
+    storage.restore_recurrent(snap, target)
+    for name, t in live.recurrent.items():
+        assert same_bits(t[target], captured[name]), name
+        others = [b for b in range(BATCH_SLOTS) if b != target]
+        assert same_bits(t[others], before[name][others]), f"{name}: another batch slot changed"
+
+
+def test_capture_copies_the_live_state_and_nothing_else(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(3), torch.float32)
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    live_before = live.clone()
+    storage.capture_recurrent(1, 2)
+    for name, t in live.recurrent.items():
+        slab = storage.slab("recurrent", name)
+        assert same_bits(slab[1], t[2])
+        assert not slab[[0, 2]].any(), "another snapshot slot was written"
+        assert same_bits(t, live_before.recurrent[name]), "capture changed the live state"
+    assert not storage.slab("boundary_hidden", "hidden").any(), "recurrent capture took the row"
+    for group in ("kv", "draft_kv"):
+        assert not any(s.any() for s in storage.slabs()[group].values())
+    assert storage.is_recurrent_captured(1) and not storage.is_boundary_hidden_captured(1)
+    assert not storage.is_recurrent_captured(0)
+
+
+def test_recapture_replaces_the_slot(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(4))
+    storage = build(impl, live)
+    storage.capture_recurrent(0, 0)
+    storage.capture_recurrent(0, 1)
+    expected = {name: t[1].clone() for name, t in live.recurrent.items()}
+    storage.restore_recurrent(0, 2)
+    for name, t in live.recurrent.items():
+        assert same_bits(t[2], expected[name])
+
+
+def test_zero_recurrent_zeroes_one_batch_slot(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(5), torch.bfloat16)
+    storage = build(impl, live)
+    storage.capture_recurrent(0, 1)
+    before = live.clone()
+    slabs_before = {n: s.clone() for n, s in storage.slabs()["recurrent"].items()}
+    storage.zero_recurrent(1)
+    for name, t in live.recurrent.items():
+        assert same_bits(t[1], torch.zeros_like(t[1])), name
+        assert same_bits(t[[0, 2]], before.recurrent[name][[0, 2]])
+        assert same_bits(storage.slab("recurrent", name), slabs_before[name])
+    for name, t in live.kv_pages.items():
+        assert same_bits(t, before.kv_pages[name])
+    storage.restore_recurrent(0, 1)
+    for name, t in live.recurrent.items():
+        assert same_bits(t[1], before.recurrent[name][1])
+
+
+def test_mark_recurrent_captured_admits_slabs_written_through_slab(impl: Implementation) -> None:
+    """The exporter's path: write every recurrent slab of a slot, then mark it."""
+    gen = torch.Generator().manual_seed(6)
+    live = make_live(gen)
+    storage = build(impl, live)
+    written = {}
+    for name, slab in storage.slabs()["recurrent"].items():
+        written[name] = random_tensor(tuple(slab.shape[1:]), slab.dtype, gen)
+        storage.slab("recurrent", name)[2].copy_(written[name])
+    with pytest.raises(NeverCapturedError):
+        storage.restore_recurrent(2, 0)
+    storage.mark_recurrent_captured(2)
+    assert storage.is_recurrent_captured(2)
+    storage.restore_recurrent(2, 0)
+    for name, t in live.recurrent.items():
+        assert same_bits(t[0], written[name])
+
+
+# --- partial-KV axis ---------------------------------------------------------------------
+
+
+@given(dtype=st.sampled_from(DTYPES), valid=st.integers(0, BLOCK), seed=st.integers(0, 2**31))
+def test_partial_capture_copies_rows_below_valid_only(
+    impl: Implementation, dtype: torch.dtype, valid: int, seed: int
+) -> None:
+    live = make_live(torch.Generator().manual_seed(seed), dtype, draft=False)
+    storage = build(impl, live)
+    for t in live.kv_pages.values():
+        poison(t[3])
+    storage.capture_partial_kv(1, 3, BLOCK)  # the slot now holds a poisoned page
+    storage.capture_partial_kv(1, 0, valid)
+    assert storage.partial_kv_rows(1) == valid and not storage.partial_kv_paired(1)
+    for name, t in live.kv_pages.items():
+        slab = storage.slab("kv", name)
+        assert same_bits(slab[1, :valid], t[0, :valid])
+        assert same_bits(slab[1, valid:], t[3, valid:]), "rows >= valid were written"
+
+
+@given(
+    dtype=st.sampled_from(DTYPES),
+    valid=st.integers(0, BLOCK),
+    restored=st.integers(0, BLOCK),
+    seed=st.integers(0, 2**31),
+)
+def test_partial_restore_writes_rows_below_valid_only(
+    impl: Implementation, dtype: torch.dtype, valid: int, restored: int, seed: int
+) -> None:
+    live = make_live(torch.Generator().manual_seed(seed), dtype, draft=False)
+    storage = build(impl, live)
+    source = {name: t[1].clone() for name, t in live.kv_pages.items()}
+    storage.capture_partial_kv(2, 1, valid)
+    for t in live.kv_pages.values():
+        poison(t[2])
+    before = live.clone()
+    if restored > valid:
+        with pytest.raises(ValidRowsError):
+            storage.restore_partial_kv(2, 2, restored)
+        for name, t in live.kv_pages.items():
+            assert same_bits(t, before.kv_pages[name])
+        return
+    storage.restore_partial_kv(2, 2, restored)
+    for name, t in live.kv_pages.items():
+        assert same_bits(t[2, :restored], source[name][:restored])
+        assert same_bits(t[2, restored:], before.kv_pages[name][2, restored:]), "poison overwritten"
+        assert same_bits(t[[0, 1, 3]], before.kv_pages[name][[0, 1, 3]]), "another page changed"
+
+
+def test_valid_zero_and_a_full_page(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(7), draft=False)
+    storage = build(impl, live)
+    storage.capture_partial_kv(0, 1, 0)
+    assert storage.partial_kv_rows(0) == 0
+    assert not any(s.any() for s in storage.slabs()["kv"].values()), "valid=0 copied rows"
+    before = everything(storage, live)
+    storage.restore_partial_kv(0, 2, 0)  # a capture of 0 rows restores 0 rows
+    assert_unchanged(before, everything(storage, live))
+    with pytest.raises(ValidRowsError, match="holds 0"):
+        storage.restore_partial_kv(0, 2, 1)
+    storage.capture_partial_kv(1, 3, BLOCK)
+    storage.restore_partial_kv(1, 0, BLOCK)
+    for t in live.kv_pages.values():
+        assert same_bits(t[0], t[3])
+
+
+def test_paired_capture_and_restore(impl: Implementation) -> None:
+    require(impl, "draft-pairing")
+    live = make_live(torch.Generator().manual_seed(8), torch.bfloat16)
+    storage = build(impl, live)
+    base_src = {name: t[0].clone() for name, t in live.kv_pages.items()}
+    draft_src = {name: t[1].clone() for name, t in live.draft_kv_pages.items()}
+    storage.capture_partial_kv_paired(2, 0, 1, 3)
+    assert storage.partial_kv_rows(2) == 3 and storage.partial_kv_paired(2)
+    for pages in (live.kv_pages, live.draft_kv_pages):
+        for t in pages.values():
+            poison(t[2:])
+    before = live.clone()
+    storage.restore_partial_kv_paired(2, 3, 2, 3)
+    for name, t in live.kv_pages.items():
+        assert same_bits(t[3, :3], base_src[name][:3])
+        assert same_bits(t[3, 3:], before.kv_pages[name][3, 3:])
+        assert same_bits(t[:3], before.kv_pages[name][:3])
+    for name, t in live.draft_kv_pages.items():
+        assert same_bits(t[2, :3], draft_src[name][:3])
+        assert same_bits(t[2, 3:], before.draft_kv_pages[name][2, 3:])
+        assert same_bits(t[[0, 1, 3]], before.draft_kv_pages[name][[0, 1, 3]])
+
+
+def test_unpaired_restore_of_a_paired_capture_writes_base_pages_only(impl: Implementation) -> None:
+    require(impl, "draft-pairing")
+    live = make_live(torch.Generator().manual_seed(9))
+    storage = build(impl, live)
+    storage.capture_partial_kv_paired(0, 1, 1, BLOCK)
+    before = live.clone()
+    storage.restore_partial_kv(0, 2, BLOCK)
+    for t in live.kv_pages.values():
+        assert same_bits(t[2], t[1])
+    for name, t in live.draft_kv_pages.items():
+        assert same_bits(t, before.draft_kv_pages[name])
+
+
+def test_paired_restore_needs_a_paired_capture(impl: Implementation) -> None:
+    require(impl, "draft-pairing")
+    live = make_live(torch.Generator().manual_seed(10))
+    storage = build(impl, live)
+    storage.capture_partial_kv(0, 1, 2)
+    storage.capture_partial_kv_paired(1, 1, 1, 2)
+    storage.capture_partial_kv(1, 2, 2)  # an unpaired recapture drops the draft half
+    assert not storage.partial_kv_paired(1)
+    before = everything(storage, live)
+    for slot in (0, 1):
+        with pytest.raises(NeverCapturedError, match="draft"):
+            storage.restore_partial_kv_paired(slot, 3, 3, 2)
+    assert_unchanged(before, everything(storage, live))
+
+
+# --- boundary hidden row -----------------------------------------------------------------
+
+
+@given(
+    seed=st.integers(0, 2**31),
+    where=st.tuples(st.integers(0, 1), st.integers(0, 4)),
+    to=st.tuples(st.integers(0, 2), st.integers(0, 3)),
+)
+def test_boundary_hidden_round_trip_at_batch_and_position(
+    impl: Implementation, seed: int, where: tuple[int, int], to: tuple[int, int]
+) -> None:
+    require(impl, "boundary-hidden")
+    gen = torch.Generator().manual_seed(seed)
+    live = make_live(gen)
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM, boundary_hidden_dtype=torch.float32)
+    hidden = random_tensor((2, 5, HIDDEN_DIM), torch.float32, gen)
+    row = hidden[where].clone()
+    untouched = everything(storage, live, skip="boundary_hidden")[1:]
+    storage.capture_boundary_hidden(1, hidden, *where)
+    assert storage.is_boundary_hidden_captured(1) and not storage.is_recurrent_captured(1)
+    slab = storage.slab("boundary_hidden", "hidden")
+    assert same_bits(slab[1], row) and not slab[[0, 2]].any()
+    hidden.copy_(random_tensor(tuple(hidden.shape), torch.float32, gen))
+    target = poison(torch.empty((3, 4, HIDDEN_DIM), dtype=torch.float32))
+    expected = target.clone()
+    expected[to] = row
+    storage.restore_boundary_hidden(1, target, *to)
+    assert same_bits(target, expected)
+    # Other slabs and the live state are untouched (records aside: skipped with [1:]).
+    assert_unchanged(
+        [None, *untouched], [None, *everything(storage, live, skip="boundary_hidden")[1:]]
+    )
+
+
+def test_boundary_hidden_and_recurrent_have_separate_records(impl: Implementation) -> None:
+    require(impl, "boundary-hidden")
+    live = make_live(torch.Generator().manual_seed(11))
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    hidden = torch.ones((1, 1, HIDDEN_DIM), dtype=torch.float64)
+    storage.capture_recurrent(0, 0)
+    with pytest.raises(NeverCapturedError, match="capture_boundary_hidden"):
+        storage.restore_boundary_hidden(0, hidden, 0, 0)
+    storage.capture_boundary_hidden(1, hidden, 0, 0)
+    with pytest.raises(NeverCapturedError):
+        storage.restore_recurrent(1, 0)
+
+
+# --- misuse ------------------------------------------------------------------------------
+
+Call = Callable[[SnapshotStorage, torch.Tensor], object]
+
+
+def _slab(group: str, name: str) -> Call:
+    return lambda s, h: s.slab(group, name)
+
+
+#: (call, expected error, words the message must contain). Applied to the storage built
+#: by ``_prepared``: recurrent slot 0 and boundary slot 0 captured, partial slot 0 holds 2
+#: unpaired rows, partial slot 1 holds 3 paired rows; 3 slots per axis.
+MISUSE: dict[str, tuple[Call, type[HyckptError], str]] = {
+    "restore recurrent never captured": (
+        lambda s, h: s.restore_recurrent(1, 0),
+        NeverCapturedError,
+        "captured",
+    ),
+    "restore partial never captured": (
+        lambda s, h: s.restore_partial_kv(2, 0, 0),
+        NeverCapturedError,
+        "captured",
+    ),
+    "restore paired never captured": (
+        lambda s, h: s.restore_partial_kv_paired(2, 0, 0, 1),
+        NeverCapturedError,
+        "captured",
+    ),
+    "restore paired of an unpaired capture": (
+        lambda s, h: s.restore_partial_kv_paired(0, 0, 0, 1),
+        NeverCapturedError,
+        "draft",
+    ),
+    "restore boundary never captured": (
+        lambda s, h: s.restore_boundary_hidden(1, h, 0, 0),
+        NeverCapturedError,
+        "captured",
+    ),
+    "restore more rows than captured": (
+        lambda s, h: s.restore_partial_kv(0, 0, 3),
+        ValidRowsError,
+        "2",
+    ),
+    "restore paired more rows than captured": (
+        lambda s, h: s.restore_partial_kv_paired(1, 0, 0, 4),
+        ValidRowsError,
+        "3",
+    ),
+    "valid -1": (lambda s, h: s.capture_partial_kv(0, 0, -1), ValidRowsError, "-1"),
+    "valid B+1": (lambda s, h: s.capture_partial_kv(0, 0, BLOCK + 1), ValidRowsError, "5"),
+    "valid B+1 restore": (
+        lambda s, h: s.restore_partial_kv(1, 0, BLOCK + 1),
+        ValidRowsError,
+        "5",
+    ),
+    "valid B+1 paired": (
+        lambda s, h: s.capture_partial_kv_paired(0, 0, 0, BLOCK + 1),
+        ValidRowsError,
+        "5",
+    ),
+    "valid float": (
+        lambda s, h: s.capture_partial_kv(0, 0, 1.0),  # type: ignore[arg-type]
+        ValidRowsError,
+        "1.0",
+    ),
+    "valid bool": (lambda s, h: s.capture_partial_kv(0, 0, True), ValidRowsError, "True"),
+    "recurrent snapshot slot -1": (
+        lambda s, h: s.capture_recurrent(-1, 0),
+        SlotOutOfRangeError,
+        "-1",
+    ),
+    "recurrent snapshot slot past the end": (
+        lambda s, h: s.restore_recurrent(3, 0),
+        SlotOutOfRangeError,
+        "3",
+    ),
+    "partial snapshot slot past the end": (
+        lambda s, h: s.capture_partial_kv(3, 0, 1),
+        SlotOutOfRangeError,
+        "3",
+    ),
+    "paired snapshot slot past the end": (
+        lambda s, h: s.capture_partial_kv_paired(3, 0, 0, 1),
+        SlotOutOfRangeError,
+        "3",
+    ),
+    "boundary snapshot slot past the end": (
+        lambda s, h: s.capture_boundary_hidden(3, h, 0, 0),
+        SlotOutOfRangeError,
+        "3",
+    ),
+    "batch slot past the end": (
+        lambda s, h: s.capture_recurrent(0, BATCH_SLOTS),
+        SlotOutOfRangeError,
+        "batch",
+    ),
+    "batch slot -1 restore": (
+        lambda s, h: s.restore_recurrent(0, -1),
+        SlotOutOfRangeError,
+        "batch",
+    ),
+    "zero batch slot past the end": (
+        lambda s, h: s.zero_recurrent(BATCH_SLOTS),
+        SlotOutOfRangeError,
+        "batch",
+    ),
+    "page past the end": (
+        lambda s, h: s.capture_partial_kv(1, NUM_PAGES, 1),
+        SlotOutOfRangeError,
+        "page",
+    ),
+    "page -1 restore": (lambda s, h: s.restore_partial_kv(1, -1, 1), SlotOutOfRangeError, "page"),
+    "draft page past the end": (
+        lambda s, h: s.restore_partial_kv_paired(1, 0, NUM_PAGES, 1),
+        SlotOutOfRangeError,
+        "draft_page",
+    ),
+    "hidden position past the end": (
+        lambda s, h: s.capture_boundary_hidden(0, h, 0, 3),
+        SlotOutOfRangeError,
+        "position",
+    ),
+    "hidden batch past the end": (
+        lambda s, h: s.restore_boundary_hidden(0, h, 2, 0),
+        SlotOutOfRangeError,
+        "batch",
+    ),
+    "snapshot slot as a string": (
+        lambda s, h: s.capture_recurrent("0", 0),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "'0'",
+    ),
+    "snapshot slot as a bool": (
+        lambda s, h: s.capture_recurrent(True, 0),
+        SlotOutOfRangeError,
+        "True",
+    ),
+    "page as a float": (
+        lambda s, h: s.capture_partial_kv(0, 1.0, 1),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "1.0",
+    ),
+    "batch slot as a tensor": (
+        lambda s, h: s.zero_recurrent(torch.tensor(0)),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "ensor",
+    ),
+    "position as None": (
+        lambda s, h: s.capture_boundary_hidden(0, h, 0, None),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "None",
+    ),
+    "hidden of another dtype": (
+        lambda s, h: s.capture_boundary_hidden(0, h.float(), 0, 0),
+        LayoutMismatchError,
+        "float64",
+    ),
+    "hidden of another width": (
+        lambda s, h: s.restore_boundary_hidden(0, h[..., :-1], 0, 0),
+        LayoutMismatchError,
+        "hidden",
+    ),
+    "hidden without a batch dimension": (
+        lambda s, h: s.capture_boundary_hidden(0, h[0], 0, 0),
+        LayoutMismatchError,
+        "hidden",
+    ),
+    "hidden on another device": (
+        lambda s, h: s.restore_boundary_hidden(0, h.to("meta"), 0, 0),
+        LayoutMismatchError,
+        "meta",
+    ),
+    "hidden not a tensor": (
+        lambda s, h: s.capture_boundary_hidden(0, h.tolist(), 0, 0),  # type: ignore[arg-type]
+        LayoutMismatchError,
+        "hidden",
+    ),
+    "mark slot past the end": (
+        lambda s, h: s.mark_recurrent_captured(3),
+        SlotOutOfRangeError,
+        "3",
+    ),
+    "unknown slab group": (_slab("mamba", "0.conv"), AxisNotConfiguredError, "mamba"),
+    "unknown slab name": (_slab("recurrent", "9.conv"), LayoutMismatchError, "9.conv"),
+}
+
+
+def _prepared(impl: Implementation) -> tuple[SnapshotStorage, LiveState, torch.Tensor]:
+    gen = torch.Generator().manual_seed(12)
+    live = make_live(gen)
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    hidden = random_tensor((2, 3, HIDDEN_DIM), torch.float64, gen)
+    storage.capture_recurrent(0, 1)
+    storage.capture_boundary_hidden(0, hidden, 1, 2)
+    storage.capture_partial_kv(0, 1, 2)
+    if storage.has_draft():
+        storage.capture_partial_kv_paired(1, 2, 3, 3)
+    return storage, live, hidden
+
+
+@pytest.mark.parametrize("case", list(MISUSE))
+def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, case: str) -> None:
+    call, error, words = MISUSE[case]
+    if "paired" in case or "draft" in case:
+        require(impl, "draft-pairing")
+    if "hidden" in case or "boundary" in case:
+        require(impl, "boundary-hidden")
+    storage, live, hidden = _prepared(impl)
+    before = everything(storage, live, hidden)
+    with pytest.raises(error) as raised:
+        call(storage, hidden)
+    assert words in str(raised.value), str(raised.value)
+    assert_unchanged(before, everything(storage, live, hidden))
+
+
+NOT_CONFIGURED: dict[str, tuple[dict[str, bool], Call]] = {
+    "paired capture without a draft pool": (
+        {"draft": False},
+        lambda s, h: s.capture_partial_kv_paired(0, 0, 0, 1),
+    ),
+    "paired restore without a draft pool": (
+        {"draft": False},
+        lambda s, h: s.restore_partial_kv_paired(0, 0, 0, 1),
+    ),
+    "draft slab without a draft pool": (
+        {"draft": False},
+        _slab("draft_kv", "2.k"),
+    ),
+    "boundary capture with boundary_hidden_dim 0": (
+        {},
+        lambda s, h: s.capture_boundary_hidden(0, h, 0, 0),
+    ),
+    "boundary restore with boundary_hidden_dim 0": (
+        {},
+        lambda s, h: s.restore_boundary_hidden(0, h, 0, 0),
+    ),
+    "partial capture without attention pages": (
+        {"kv": False},
+        lambda s, h: s.capture_partial_kv(0, 0, 0),
+    ),
+    "recurrent capture without recurrent tensors": (
+        {"recurrent": False},
+        lambda s, h: s.capture_recurrent(0, 0),
+    ),
+    "zero without recurrent tensors": ({"recurrent": False}, lambda s, h: s.zero_recurrent(0)),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_CONFIGURED))
+def test_an_axis_that_is_not_configured_is_an_error(impl: Implementation, case: str) -> None:
+    options, call = NOT_CONFIGURED[case]
+    live = make_live(torch.Generator().manual_seed(13), torch.float64, **options)
+    storage = build(impl, live)
+    hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
+    before = everything(storage, live, hidden)
+    with pytest.raises(AxisNotConfiguredError):
+        call(storage, hidden)
+    assert_unchanged(before, everything(storage, live, hidden))
+
+
+LAYOUT_CHANGES: dict[str, Callable[[LiveState], None]] = {
+    "recurrent shape": lambda live: live.recurrent.update(
+        {"0.conv": torch.zeros((BATCH_SLOTS, 6, 4), dtype=torch.float64)}
+    ),
+    "recurrent dtype": lambda live: live.recurrent.update(
+        {"0.ssm": live.recurrent["0.ssm"].double()}
+    ),
+    "recurrent tensor removed": lambda live: live.recurrent.__delitem__("1.ring_v"),
+    "recurrent tensor added": lambda live: live.recurrent.update(
+        {"5.conv": torch.zeros((BATCH_SLOTS, 2, 2))}
+    ),
+    "more batch slots": lambda live: live.recurrent.update(
+        {
+            n: torch.zeros((BATCH_SLOTS + 1, *t.shape[1:]), dtype=t.dtype)
+            for n, t in live.recurrent.items()
+        }
+    ),
+    "kv block size": lambda live: live.kv_pages.update(
+        {"2.k": torch.zeros((NUM_PAGES, BLOCK + 1, 2, 3), dtype=torch.float64)}
+    ),
+    "draft heads": lambda live: live.draft_kv_pages.update(
+        {"2.v": torch.zeros((NUM_PAGES, BLOCK, 2, 4), dtype=torch.float64)}
+    ),
+}
+#: Which calls touch which live group.
+LAYOUT_CALLS: dict[str, list[Call]] = {
+    "recurrent": [
+        lambda s, h: s.capture_recurrent(0, 0),
+        lambda s, h: s.restore_recurrent(0, 0),
+        lambda s, h: s.zero_recurrent(0),
+    ],
+    "kv": [
+        lambda s, h: s.capture_partial_kv(0, 0, 1),
+        lambda s, h: s.restore_partial_kv(0, 0, 1),
+        lambda s, h: s.capture_partial_kv_paired(0, 0, 0, 1),
+    ],
+    "draft": [
+        lambda s, h: s.capture_partial_kv_paired(1, 0, 0, 1),
+        lambda s, h: s.restore_partial_kv_paired(1, 0, 0, 1),
+    ],
+}
+
+
+@pytest.mark.parametrize("change", list(LAYOUT_CHANGES))
+def test_a_changed_live_layout_is_rejected(impl: Implementation, change: str) -> None:
+    group = "kv" if change.startswith("kv") else "draft" if "draft" in change else "recurrent"
+    if group == "draft":
+        require(impl, "draft-pairing")
+    storage, live, hidden = _prepared(impl)
+    LAYOUT_CHANGES[change](live)
+    before = everything(storage, live, hidden)
+    for call in LAYOUT_CALLS[group]:
+        with pytest.raises(LayoutMismatchError, match="build a new storage"):
+            call(storage, hidden)
+    assert_unchanged(before, everything(storage, live, hidden))
+
+
+def test_bad_configuration_is_rejected(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(14))
+    for slots in ((-1, 1), (1, -1), (1.0, 1), (1, "2"), (True, 1)):
+        with pytest.raises(InvalidConfigError):
+            build(impl, live, *slots)
+    for options in (
+        {"boundary_hidden_dim": -1},
+        {"boundary_hidden_dim": 2.0},
+        {"boundary_hidden_dim": 2, "boundary_hidden_dtype": "float32"},
+    ):
+        with pytest.raises(InvalidConfigError):
+            build(impl, live, 1, 1, **options)
+
+
+def test_draft_pages_without_base_pages_use_the_paired_form(impl: Implementation) -> None:
+    """A draft head on a model without full attention: only the draft pages are paged."""
+    require(impl, "draft-pairing")
+    full = make_live(torch.Generator().manual_seed(17))
+    live = LiveState(recurrent=full.recurrent, draft_kv_pages=full.draft_kv_pages)
+    storage = build(impl, live, 1, 2)
+    assert storage.has_draft() and storage.slabs()["kv"] == {}
+    assert storage.partial_kv_bytes_per_slot() == slab_bytes(storage.slabs()["draft_kv"])
+    source = {name: t[1].clone() for name, t in live.draft_kv_pages.items()}
+    storage.capture_partial_kv_paired(1, 0, 1, 3)
+    for t in live.draft_kv_pages.values():
+        poison(t[2])
+    before = live.clone()
+    storage.restore_partial_kv_paired(1, 0, 2, 3)
+    for name, t in live.draft_kv_pages.items():
+        assert same_bits(t[2, :3], source[name][:3])
+        assert same_bits(t[2, 3:], before.draft_kv_pages[name][2, 3:])
+    with pytest.raises(SlotOutOfRangeError):
+        storage.capture_partial_kv_paired(1, NUM_PAGES, 1, 3)
+    before_all = everything(storage, live)
+    for call in (
+        lambda: storage.capture_partial_kv(0, 0, 1),
+        lambda: storage.restore_partial_kv(1, 0, 1),
+    ):
+        with pytest.raises(AxisNotConfiguredError, match="paired"):
+            call()
+    assert_unchanged(before_all, everything(storage, live))
+
+
+def test_a_storage_without_slots_rejects_every_slot(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(15))
+    storage = build(impl, live, 0, 0, boundary_hidden_dim=HIDDEN_DIM)
+    assert storage.recurrent_slot_count() == 0 and storage.partial_kv_slot_count() == 0
+    hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
+    calls: list[Callable[[], None]] = [
+        lambda: storage.capture_recurrent(0, 0),
+        lambda: storage.capture_partial_kv(0, 0, 0),
+        lambda: storage.capture_boundary_hidden(0, hidden, 0, 0),
+    ]
+    for call in calls:
+        with pytest.raises(SlotOutOfRangeError):
+            call()
+
+
+def test_stream_is_accepted_and_ignored(impl: Implementation) -> None:
+    live = make_live(torch.Generator().manual_seed(16))
+    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
+    stream = object()
+    storage.capture_recurrent(0, 0, stream)
+    storage.restore_recurrent(0, 1, stream=stream)
+    storage.zero_recurrent(2, stream)
+    storage.capture_partial_kv(0, 0, 1, stream)
+    storage.restore_partial_kv(0, 1, 1, stream)
+    storage.capture_partial_kv_paired(1, 0, 0, 1, stream)
+    storage.restore_partial_kv_paired(1, 1, 1, 1, stream)
+    storage.capture_boundary_hidden(0, hidden, 0, 0, stream)
+    storage.restore_boundary_hidden(0, hidden, 0, 0, stream)
