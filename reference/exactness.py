@@ -1,0 +1,276 @@
+"""DESIGN §6 executable: capture at p, restore for another request, continue, compare.
+
+:func:`play` runs what a serving engine does with two requests that share a prefix:
+
+1. **Request A** is prefilled in the given chunks into batch slot 0. At position ``p``
+   the index reserves a snapshot slot and the state is stored: by ``capture_recurrent``
+   when ``p`` ends a chunk, else by the exporter from the conv inputs and the state the
+   prefill emitted at ``p`` (sliding-window rings are copied alongside); the partial page
+   when ``p mod B != 0`` (paired with the draft page); ``h_{p-1}`` when the model has a
+   draft head. Then the key is published.
+2. **Request B** shares ``[0, p)`` and continues differently (its successor token may
+   differ from A's). Lookup finds ``p``; the slot is pinned and restored into batch slot
+   2 and new pages, while the full pages of ``[0, floor(p/B)*B)`` stay *shared* with A
+   and are never written. With a draft head, the successor-dependent draft row ``p-1`` is
+   recomputed from the restored ``h_{p-1}`` and B's token ``p``; when ``p mod B == 0``
+   that row sits in the last shared full page, which is copied first (copy-on-write).
+3. **Request C** prefills B's prompt from scratch in a fresh state.
+
+:func:`mismatches` lists every way B differs from C bitwise (``torch.equal``): logits,
+every recurrent tensor, every KV and draft KV row; and whether A's shared pages were
+written.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from reference.api import Implementation, Reservation, SnapshotStorage
+from reference.errors import CapabilityMissingError, SlotStateError
+from reference.export import ReferenceExporter
+from reference.model import HybridConfig, TinyHybrid
+from reference.state import LiveState
+
+NAMESPACE = "tiny-hybrid"
+VOCAB = 48
+#: Corrupts request B's live state right after the restore: ``(live, case, table_b)``.
+Corruption = Callable[[LiveState, "Case", list[int]], None]
+
+
+@functools.cache
+def model_for(layers: tuple[str, ...], draft: bool) -> TinyHybrid:
+    return TinyHybrid(HybridConfig(layers=layers, draft_head=draft, vocab_size=VOCAB, window=5))
+
+
+@dataclass(frozen=True)
+class Case:
+    layers: tuple[str, ...]
+    draft: bool
+    block: int
+    prompt_a: tuple[int, ...]
+    chunks_a: tuple[tuple[int, int], ...]
+    p: int
+    suffix: tuple[int, ...]
+    chunk_b: int
+
+    @property
+    def prompt_b(self) -> list[int]:
+        return [*self.prompt_a[: self.p], *self.suffix]
+
+
+@dataclass
+class Outcome:
+    logits: tuple[torch.Tensor, torch.Tensor]  # (restored B, scratch C) over [p, n_b)
+    recurrent: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    kv_rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    shared_pages_unchanged: bool
+    exporter_matches_capture: bool | None  # None when p ended a chunk
+
+
+def rows(pages: torch.Tensor, table: list[int], count: int) -> torch.Tensor:
+    """KV rows ``[0, count)`` of one sequence: ``[count, kv_heads, head_dim]``."""
+    block = pages.shape[1]
+    return torch.stack([pages[table[t // block], t % block] for t in range(count)])
+
+
+def chunked(tokens_from: int, tokens_to: int, size: int) -> list[tuple[int, int]]:
+    return [(s, min(s + size, tokens_to)) for s in range(tokens_from, tokens_to, size)]
+
+
+def store_checkpoint(
+    live: LiveState,
+    storage: SnapshotStorage,
+    case: Case,
+    snap: int,
+    chunk: tuple[int, int],
+    initial_conv: dict[str, torch.Tensor],
+    result_emitted: dict[str, torch.Tensor] | None,
+    raw_inputs: dict[str, torch.Tensor],
+) -> None:
+    """Store request A's recurrent state at ``p`` into ``snap`` (slot 0 of the live state)."""
+    start, end = chunk
+    if result_emitted is None:  # p ends the chunk: the live state *is* the checkpoint
+        storage.capture_recurrent(snap, 0)
+        return
+    exporter = ReferenceExporter()
+    offset = torch.tensor([case.p - start])
+    for name in live.recurrent:
+        layer, part = name.split(".")
+        if part == "conv":
+            state_name = next(n for n in live.recurrent if n.startswith(f"{layer}.") and n != name)
+            exporter.export(
+                raw_inputs=raw_inputs[layer],
+                cu_seqlens=torch.tensor([0, end - start]),
+                initial_conv=initial_conv[name][None],
+                emitted_states=result_emitted[state_name][None],
+                offsets=offset,
+                destinations=torch.tensor([snap]),
+                conv_slab=storage.slab("recurrent", name),
+                state_slab=storage.slab("recurrent", state_name),
+            )
+        elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
+            storage.slab("recurrent", name)[snap].copy_(result_emitted[name])
+    storage.mark_recurrent_captured(snap)
+
+
+def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) -> Outcome:
+    model = model_for(case.layers, case.draft)
+    block, p = case.block, case.p
+    prompt_a, prompt_b = list(case.prompt_a), case.prompt_b
+    pages_per_seq = -(-max(len(prompt_a), len(prompt_b)) // block)
+    live = model.new_state(3, 2 * pages_per_seq + 1, block)
+    hidden_dim = model.config.d_model if case.draft else 0
+    if impl.make_storage is None:
+        raise CapabilityMissingError(f"{impl.name} provides no snapshot storage (make_storage)")
+    storage = impl.make_storage(live, 2, 1, boundary_hidden_dim=hidden_dim)
+    index = impl.make_index(1, hash_unit=1)
+
+    # --- request A: chunked prefill, checkpoint at p ----------------------------------
+    table_a = list(range(pages_per_seq))
+    exporter_matches: bool | None = None
+    for start, end in case.chunks_a:
+        conv_before = {n: t[0].clone() for n, t in live.recurrent.items() if n.endswith("conv")}
+        inside = start < p < end
+        result = model.prefill(
+            live,
+            0,
+            table_a,
+            prompt_a[start:end],
+            start,
+            emit_at=[p] if inside else [],
+            next_token=prompt_a[end] if end < len(prompt_a) else None,
+        )
+        if not start < p <= end:
+            continue
+        reservation = index.reserve(NAMESPACE, prompt_a, p)
+        if not isinstance(reservation, Reservation):
+            raise SlotStateError(f"reserve at {p} gave {reservation}, expected a Reservation")
+        snap = reservation.slot
+        emitted = result.emitted[p] if inside else None
+        store_checkpoint(
+            live, storage, case, snap, (start, end), conv_before, emitted, result.raw_conv_inputs
+        )
+        if p % block:
+            if case.draft:
+                storage.capture_partial_kv_paired(
+                    snap, table_a[p // block], table_a[p // block], p % block
+                )
+            else:
+                storage.capture_partial_kv(snap, table_a[p // block], p % block)
+        if case.draft:
+            storage.capture_boundary_hidden(snap, result.hidden[None], 0, p - 1 - start)
+        if not index.publish(reservation):
+            raise SlotStateError(f"publish of the checkpoint at {p} was refused")
+        if inside:  # the exporter's slot must equal a capture after prefilling [0, p)
+            alone = model.new_state(1, pages_per_seq, block)
+            model.prefill(alone, 0, table_a, prompt_a[:p], 0)
+            exporter_matches = all(
+                torch.equal(storage.slab("recurrent", n)[snap], alone.recurrent[n][0])
+                for n in live.recurrent
+            )
+    after_a = {
+        name: pages.clone()
+        for group in (live.kv_pages, live.draft_kv_pages)
+        for name, pages in group.items()
+    }
+
+    # --- request B: lookup, pin, restore into slot 2 and new pages, continue --------------
+    hit = index.lookup(NAMESPACE, prompt_b, 0, len(prompt_b) - 1)
+    if hit is None or hit.tokens != p:
+        raise SlotStateError(f"lookup gave {hit}, expected a hit at {p}")
+    snap = hit.slot
+    index.pin(snap)
+    full = p // block
+    fresh_pages = iter(range(pages_per_seq, 2 * pages_per_seq + 1))
+    table_b = table_a[:full] + [next(fresh_pages) for _ in range(full, pages_per_seq)]
+    storage.restore_recurrent(snap, 2)
+    if p % block:
+        page = table_b[full]
+        if case.draft:
+            storage.restore_partial_kv_paired(snap, page, page, p % block)
+        else:
+            storage.restore_partial_kv(snap, page, p % block)
+    if case.draft:
+        hidden = torch.zeros(3, 1, hidden_dim, dtype=torch.float64)
+        storage.restore_boundary_hidden(snap, hidden, 2, 0)
+        if p % block == 0:  # row p-1 is in the last shared full page: copy it first
+            last, copy = (p - 1) // block, next(fresh_pages)
+            for group in (live.kv_pages, live.draft_kv_pages):
+                for pages in group.values():
+                    pages[copy].copy_(pages[table_b[last]])
+            table_b[last] = copy
+        model.draft_row(live, table_b, p - 1, hidden[2, 0], prompt_b[p])
+    index.unpin(snap)
+    if corrupt is not None:
+        corrupt(live, case, table_b)
+    logits_b = []
+    for start, end in chunked(p, len(prompt_b), case.chunk_b):
+        result = model.prefill(
+            live,
+            2,
+            table_b,
+            prompt_b[start:end],
+            start,
+            next_token=prompt_b[end] if end < len(prompt_b) else None,
+        )
+        logits_b.append(result.logits)
+
+    # --- request C: from scratch ------------------------------------------------------
+    scratch = model.new_state(3, pages_per_seq, block)
+    table_c = list(range(pages_per_seq))
+    expected = model.prefill(scratch, 1, table_c, prompt_b, 0)
+
+    n_b = len(prompt_b)
+    kv_rows = {
+        name: (rows(live.kv_pages[name], table_b, n_b), rows(scratch.kv_pages[name], table_c, n_b))
+        for name in live.kv_pages
+    }
+    kv_rows.update(
+        {
+            f"draft {name}": (
+                rows(live.draft_kv_pages[name], table_b, n_b - 1),
+                rows(scratch.draft_kv_pages[name], table_c, n_b - 1),
+            )
+            for name in live.draft_kv_pages
+        }
+    )
+    shared = table_a[:full]
+    return Outcome(
+        logits=(torch.cat(logits_b), expected.logits[p:]),
+        recurrent={n: (live.recurrent[n][2], scratch.recurrent[n][1]) for n in live.recurrent},
+        kv_rows=kv_rows,
+        shared_pages_unchanged=all(
+            torch.equal(pages[shared], after_a[name][shared])
+            for group in (live.kv_pages, live.draft_kv_pages)
+            for name, pages in group.items()
+        ),
+        exporter_matches_capture=exporter_matches,
+    )
+
+
+def mismatches(outcome: Outcome, case: Case) -> list[str]:
+    """Every way restored request B differs from scratch request C; empty when exact."""
+    where = f"layers={case.layers} draft={case.draft} B={case.block} p={case.p}"
+    found = []
+    restored, scratch = outcome.logits
+    if not torch.equal(restored, scratch):
+        found.append(f"logits of [p, n) differ ({where})")
+    found += [
+        f"recurrent {name} differs after the prefill ({where})"
+        for name, (b, c) in outcome.recurrent.items()
+        if not torch.equal(b, c)
+    ]
+    found += [
+        f"{name} rows differ ({where})"
+        for name, (b, c) in outcome.kv_rows.items()
+        if not torch.equal(b, c)
+    ]
+    if not outcome.shared_pages_unchanged:
+        found.append(f"a shared full page was written in place ({where})")
+    if outcome.exporter_matches_capture is False:
+        found.append(f"the exporter's slot differs from a capture after [0, p) ({where})")
+    return found
