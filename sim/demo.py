@@ -35,6 +35,8 @@ from reference.api import (
 from reference.errors import HyckptError, InvalidConfigError
 from reference.index import make_index
 from reference.placement import make_placement
+from sim.config_fields import config_int, config_ints, config_str, config_table
+from sim.demo_exactness import ExactnessPlan, parse_exactness, show_exactness
 
 #: A parsed TOML document.
 Config = dict[str, Any]
@@ -75,38 +77,6 @@ def load_config(path: str | Path) -> Config:
 def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
     """``[start, end)`` of each prefill chunk of a ``length``-token prompt, in order."""
     return [(start, min(start + chunk_size, length)) for start in range(0, length, chunk_size)]
-
-
-def _table(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, Mapping):
-        raise InvalidConfigError(f"demo configuration needs a [{where}] table")
-    return value
-
-
-def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 0) -> int:
-    value = table.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidConfigError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _ints(table: Mapping[str, Any], key: str, where: str) -> tuple[int, ...]:
-    value = table.get(key, [])
-    if not isinstance(value, list) or not all(
-        isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value
-    ):
-        raise InvalidConfigError(
-            f"{where}.{key} must be a list of non-negative integers, got {value!r}"
-        )
-    return tuple(value)
-
-
-def _str(table: Mapping[str, Any], key: str, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidConfigError(f"{where}.{key} must be a non-empty string, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -150,17 +120,18 @@ class _Plan:
     prompt: _Prompt
     policies: Mapping[str, Mapping[str, Any]]
     index: _IndexPlan
+    exactness: ExactnessPlan | None
 
 
 def _parse_prompt(config: Mapping[str, Any]) -> _Prompt:
-    table = _table(config, "prompt", "prompt")
+    table = config_table(config, "prompt", "prompt")
     prompt = _Prompt(
-        length=_int(table, "length", "prompt", minimum=1),
-        block_size=_int(table, "block_size", "prompt", minimum=1),
-        hash_unit=_int(table, "hash_unit", "prompt", minimum=1),
-        chunk_size=_int(table, "chunk_size", "prompt", minimum=1),
-        turn_starts=_ints(table, "turn_starts", "prompt"),
-        branch_points=_ints(table, "branch_points", "prompt"),
+        length=config_int(table, "length", "prompt", minimum=1),
+        block_size=config_int(table, "block_size", "prompt", minimum=1),
+        hash_unit=config_int(table, "hash_unit", "prompt", minimum=1),
+        chunk_size=config_int(table, "chunk_size", "prompt", minimum=1),
+        turn_starts=config_ints(table, "turn_starts", "prompt"),
+        branch_points=config_ints(table, "branch_points", "prompt"),
     )
     for name in ("turn_starts", "branch_points"):
         beyond = [p for p in getattr(prompt, name) if p > prompt.length]
@@ -173,12 +144,12 @@ def _parse_prompt(config: Mapping[str, Any]) -> _Prompt:
 
 def _parse_prompts(table: Mapping[str, Any]) -> dict[str, list[int]]:
     prompts: dict[str, list[int]] = {}
-    for name, spec in _table(table, "prompts", "index.prompts").items():
+    for name, spec in config_table(table, "prompts", "index.prompts").items():
         where = f"index.prompts.{name}"
         if not isinstance(spec, Mapping):
             raise InvalidConfigError(f"[{where}] must be a table with start and stop")
-        start = _int(spec, "start", where)
-        stop = _int(spec, "stop", where, minimum=start + 1)
+        start = config_int(spec, "start", where)
+        stop = config_int(spec, "stop", where, minimum=start + 1)
         tokens = list(range(start, stop))
         replace = spec.get("replace", [])
         if not isinstance(replace, list):
@@ -209,43 +180,43 @@ def _parse_op(number: int, raw: object, prompts: Mapping[str, list[int]]) -> _Op
     if kind not in _OPS:
         raise InvalidConfigError(f"{where}.op must be one of {', '.join(_OPS)}; got {kind!r}")
     if kind in ("write", "reserve", "lookup"):
-        prompt = _str(raw, "prompt", where)
+        prompt = config_str(raw, "prompt", where)
         if prompt not in prompts:
             raise InvalidConfigError(
                 f"{where}.prompt {prompt!r} is not defined under [index.prompts]"
             )
     if kind in ("write", "reserve"):
-        _int(raw, "tokens", where)
+        config_int(raw, "tokens", where)
     if kind == "lookup":
-        _int(raw, "minimum", where)
-        _int(raw, "maximum", where)
+        config_int(raw, "minimum", where)
+        config_int(raw, "maximum", where)
     if kind in ("pin", "unpin"):
-        _int(raw, "slot", where)
+        config_int(raw, "slot", where)
     if kind in ("publish", "abort"):
-        _str(raw, "reservation", where)
+        config_str(raw, "reservation", where)
     if "name" in raw:
         if kind != "reserve":
             raise InvalidConfigError(f"{where}: only a reserve can be given a name")
-        _str(raw, "name", where)
+        config_str(raw, "name", where)
     if "expect_error" in raw:
-        _str(raw, "expect_error", where)
+        config_str(raw, "expect_error", where)
         if "expect" in raw:
             raise InvalidConfigError(f"{where} has both expect and expect_error")
     return _Op(number=number, kind=kind, fields=raw)
 
 
 def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
-    table = _table(config, "index", "index")
+    table = config_table(config, "index", "index")
     prompts = _parse_prompts(table)
     raw_ops = table.get("ops")
     if not isinstance(raw_ops, list) or not raw_ops:
         raise InvalidConfigError("[index] needs a non-empty list of [[index.ops]]")
     return _IndexPlan(
-        capacity=_int(table, "capacity", "index", minimum=1),
-        first_slot=_int(table, "first_slot", "index"),
-        eviction=_str(table, "eviction", "index"),
-        namespace=_str(table, "namespace", "index"),
-        hash_unit=_int(table, "hash_unit", "index", minimum=1),
+        capacity=config_int(table, "capacity", "index", minimum=1),
+        first_slot=config_int(table, "first_slot", "index"),
+        eviction=config_str(table, "eviction", "index"),
+        namespace=config_str(table, "namespace", "index"),
+        hash_unit=config_int(table, "hash_unit", "index", minimum=1),
         prompts=prompts,
         ops=tuple(_parse_op(number, raw, prompts) for number, raw in enumerate(raw_ops, 1)),
     )
@@ -253,13 +224,18 @@ def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
 
 def _parse(config: Mapping[str, Any]) -> _Plan:
     prompt = _parse_prompt(config)
-    policies = _table(config, "placement", "placement")
+    policies = config_table(config, "placement", "placement")
     if not policies:
         raise InvalidConfigError("[placement] must configure at least one policy")
     for name, params in policies.items():
         if not isinstance(params, Mapping):
             raise InvalidConfigError(f"[placement.{name}] must be a table of parameters")
-    return _Plan(prompt=prompt, policies=policies, index=_parse_index(config))
+    return _Plan(
+        prompt=prompt,
+        policies=policies,
+        index=_parse_index(config),
+        exactness=parse_exactness(config),
+    )
 
 
 # --- placement -------------------------------------------------------------------------
@@ -540,6 +516,7 @@ def run_demo(config: Mapping[str, Any] | None = None, out: TextIO | None = None)
     print(file=stream)
     checked, failed, seeds = _show_index(player, stream)
     print(file=stream)
+    ok = not failed
     if failed:
         steps = ", ".join(str(n) for n in failed)
         print(
@@ -547,7 +524,10 @@ def run_demo(config: Mapping[str, Any] | None = None, out: TextIO | None = None)
             f"values (steps {steps})",
             file=stream,
         )
-        return 1
-    seed_text = f", seed vectors included ({'; '.join(seeds)})" if seeds else ""
-    print(f"OK: all {checked} expected index results reproduced{seed_text}", file=stream)
-    return 0
+    else:
+        seed_text = f", seed vectors included ({'; '.join(seeds)})" if seeds else ""
+        print(f"OK: all {checked} expected index results reproduced{seed_text}", file=stream)
+    if plan.exactness is not None:
+        print(file=stream)
+        ok = show_exactness(plan.exactness, stream) and ok
+    return 0 if ok else 1

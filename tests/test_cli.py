@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import io
+import re
 import subprocess
 import sys
 import types
@@ -172,7 +173,7 @@ def test_mismatch_returns_1() -> None:
     report = buffer.getvalue()
     assert "MISMATCH" in report
     assert "expected hit (32, 6)" in report
-    assert report.rstrip().splitlines()[-1].startswith("FAILED: 1 of ")
+    assert any(line.startswith("FAILED: 1 of ") for line in report.splitlines())
 
 
 def test_unexpected_error_is_a_mismatch() -> None:
@@ -292,3 +293,47 @@ def test_module_entry_point_error_exit_code(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("hyckpt: error: ")
     assert "Traceback" not in result.stderr
+
+
+# --- the exactness section ------------------------------------------------------------
+
+
+def test_default_demo_restores_bitwise_at_each_checkpoint() -> None:
+    buffer = io.StringIO()
+    assert run_demo(None, buffer) == 0
+    report = buffer.getvalue()
+    assert "stored by the exporter inside chunk [6, 12); partial page of 2 rows" in report
+    assert "captured at the end of chunk [6, 12); no partial page" in report
+    assert report.rstrip().splitlines()[-1] == (
+        "OK: 2 of 2 restores matched a from-scratch prefill bitwise"
+    )
+
+
+def test_an_exactness_mismatch_fails_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.demo_exactness
+
+    monkeypatch.setattr(sim.demo_exactness, "mismatches", lambda outcome, case: ["logits differ"])
+    buffer = io.StringIO()
+    assert run_demo(None, buffer) == 1
+    assert "MISMATCH: logits differ" in buffer.getvalue()
+    assert (
+        buffer.getvalue()
+        .rstrip()
+        .endswith("FAILED: 0 of 2 restores matched a from-scratch prefill bitwise")
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("layers", ["mamba3"], "exactness.layers must be a non-empty list"),
+        ("draft_head", "yes", "exactness.draft_head must be true or false"),
+        ("checkpoints", [20], "exactness.checkpoints: 20 must lie in 1..19"),
+        ("block_size", 0, "exactness.block_size must be an integer >= 1"),
+    ],
+)
+def test_bad_exactness_table_is_a_config_error(key: str, value: object, message: str) -> None:
+    config = copy.deepcopy(load_default_config())
+    config["exactness"][key] = value
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        run_demo(config, io.StringIO())
