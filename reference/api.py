@@ -5,6 +5,8 @@ of factories (:class:`Implementation`) returned by a zero-argument ``module:fact
 callable; see :mod:`reference.loading`. Conformance tests are written against these
 Protocols only, so they run unchanged for every implementation.
 
+The typed errors every implementation raises live in :mod:`reference.errors`.
+
 Units: every count below is in tokens unless it says bytes; slots and pages are integer
 indices into preallocated pools.
 """

@@ -19,14 +19,13 @@ README = ROOT / "README.md"
 CI_SCRIPT = ROOT / ".ci" / "run"
 SETUP_PREFIX = "python3 -m venv"
 
-REFERENCE_MODULES = (
-    "reference.api",
-    "reference.hashing",
-    "reference.loading",
-    "reference.impl",
-    "reference.placement",
-    "reference.index",
-    "reference.eviction",
+#: Every module of the reference package, found on disk so new modules are covered too.
+REFERENCE_MODULES = tuple(
+    sorted(
+        "reference." + ".".join(path.relative_to(ROOT / "reference").with_suffix("").parts)
+        for path in (ROOT / "reference").rglob("*.py")
+        if path.name != "__init__.py"
+    )
 )
 
 
