@@ -317,6 +317,52 @@ class LayerExport:
     emitted_states: torch.Tensor
 
 
+def plan_export_to_storage(
+    storage: SnapshotStorage,
+    layers: Sequence[LayerExport],
+    *,
+    cu_seqlens: torch.Tensor,
+    offsets: torch.Tensor,
+    destinations: torch.Tensor,
+    recurrent_rows: torch.Tensor | None = None,
+) -> list[tuple[RowCheckpoint, ...]]:
+    """Validate an :func:`export_to_storage` call; return each layer's checkpoints.
+
+    Writes nothing. Checks that ``layers`` name every ``"recurrent"`` slab of ``storage``
+    exactly once, then plans every layer (:func:`plan_export`) against those slabs.
+
+    Raises:
+        LayoutMismatchError: ``layers`` misses, repeats or does not know a recurrent
+            slab; and the errors of :func:`plan_export`.
+    """
+    recurrent = storage.slabs()[RECURRENT]
+    named = [name for layer in layers for name in (layer.conv_name, layer.state_name)]
+    repeated = sorted({name for name in named if named.count(name) > 1})
+    unknown = sorted(set(named) - set(recurrent))
+    missing = sorted(set(recurrent) - set(named))
+    if repeated or unknown or missing:
+        raise LayoutMismatchError(
+            "export_to_storage must write every recurrent slab exactly once "
+            f"(repeated: {repeated}, unknown: {unknown}, missing: {missing}); "
+            "to leave slabs to another writer, call export per layer and then "
+            "mark_recurrent_captured"
+        )
+    return [
+        plan_export(
+            raw_inputs=layer.raw_inputs,
+            cu_seqlens=cu_seqlens,
+            initial_conv=layer.initial_conv,
+            emitted_states=layer.emitted_states,
+            offsets=offsets,
+            destinations=destinations,
+            conv_slab=recurrent[layer.conv_name],
+            state_slab=recurrent[layer.state_name],
+            recurrent_rows=recurrent_rows,
+        )
+        for layer in layers
+    ]
+
+
 def export_to_storage(
     storage: SnapshotStorage,
     layers: Sequence[LayerExport],
@@ -345,32 +391,15 @@ def export_to_storage(
         LayoutMismatchError: ``layers`` misses, repeats or does not know a recurrent
             slab; and the errors of :func:`plan_export`.
     """
+    plans = plan_export_to_storage(
+        storage,
+        layers,
+        cu_seqlens=cu_seqlens,
+        offsets=offsets,
+        destinations=destinations,
+        recurrent_rows=recurrent_rows,
+    )
     recurrent = storage.slabs()[RECURRENT]
-    named = [name for layer in layers for name in (layer.conv_name, layer.state_name)]
-    repeated = sorted({name for name in named if named.count(name) > 1})
-    unknown = sorted(set(named) - set(recurrent))
-    missing = sorted(set(recurrent) - set(named))
-    if repeated or unknown or missing:
-        raise LayoutMismatchError(
-            "export_to_storage must write every recurrent slab exactly once "
-            f"(repeated: {repeated}, unknown: {unknown}, missing: {missing}); "
-            "to leave slabs to another writer, call export per layer and then "
-            "mark_recurrent_captured"
-        )
-    plans = [
-        plan_export(
-            raw_inputs=layer.raw_inputs,
-            cu_seqlens=cu_seqlens,
-            initial_conv=layer.initial_conv,
-            emitted_states=layer.emitted_states,
-            offsets=offsets,
-            destinations=destinations,
-            conv_slab=recurrent[layer.conv_name],
-            state_slab=recurrent[layer.state_name],
-            recurrent_rows=recurrent_rows,
-        )
-        for layer in layers
-    ]
     writer = exporter if exporter is not None else ReferenceExporter()
     for layer in layers:
         writer.export(

@@ -1,9 +1,15 @@
-"""Pytest wiring: the implementation under test (``--impl``) and Hypothesis profiles.
+"""Pytest wiring: the implementation under test (``--impl``), the device (``--device``)
+and Hypothesis profiles.
 
 Conformance tests take the ``impl`` fixture and use only the Protocols in
 :mod:`reference.api`, so ``pytest --impl mypkg.hyckpt_adapter:implementation`` runs the
 same suite against another implementation. Features an implementation does not declare
 are skipped with the reason.
+
+``--device`` (``cpu``, the default, or ``cuda``) is where the GPU layer's own tests
+(``tests/test_gpu_*.py``) create their tensors (the ``device`` fixture). With ``cpu`` the
+Triton kernels run in Triton's interpreter: ``TRITON_INTERPRET=1`` is set here, before
+any test module imports Triton, unless the environment already sets it.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from reference.api import Implementation
@@ -42,10 +49,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: $HYCKPT_IMPL, else reference.impl:implementation)",
     )
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+    parser.addoption(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="device of the GPU layer's tests: cpu (Triton interpreter, the default) or cuda",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs before collection, so before any test module imports Triton (which reads
+    # TRITON_INTERPRET when its kernels are defined).
+    if config.getoption("--device") == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    elif os.environ.get("TRITON_INTERPRET", "0") == "1":
+        raise pytest.UsageError("--device=cuda runs compiled kernels: unset TRITON_INTERPRET")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"hyckpt implementation under test: {config.getoption('--impl') or default_spec()}"
+    return (
+        f"hyckpt implementation under test: {config.getoption('--impl') or default_spec()}; "
+        f"device of the GPU layer's tests: {config.getoption('--device')}"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -61,6 +86,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def impl(request: pytest.FixtureRequest) -> Implementation:
     """The implementation under test."""
     return load_implementation(request.config.getoption("--impl"))
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Where the GPU layer's tests create tensors (``--device``)."""
+    name = request.config.getoption("--device")
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.fail("--device=cuda needs a CUDA GPU, and torch sees none")
+    return torch.device(name)
 
 
 def require(impl: Implementation, capability: str) -> None:

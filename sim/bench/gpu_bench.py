@@ -1,0 +1,434 @@
+"""``hyckpt bench gpu``: effective bandwidth of the GPU layer's copies vs plain torch copies.
+
+For each model (slot sizes from :mod:`reference.sizes`: every recurrent tensor of one
+sequence, every full-attention page) a :class:`~gpu.storage.GpuStorage` is built over a
+live state of ``--pairs`` batch slots / pages, and each operation copies ``--pairs``
+(snapshot slot, live slot) pairs. Every operation is timed four ways over the same bytes:
+
+- **kernel**: the batched method, one launch for every pair and every slab;
+- **per pair**: the single-pair method once per pair (one launch each, all slabs);
+- **torch copy_**: ``dst.copy_(src)`` (``zero_()`` for zeroing) per pair and per slab,
+  what a storage without a batched kernel does;
+- **large copy**: one ``copy_`` of a single ``uint8`` tensor of the same total size (the
+  device-to-device bandwidth a copy of these bytes could reach).
+
+Effective bandwidth = bytes written by the operation / time (GB/s, 1e9 bytes). The
+exporter row times :meth:`~gpu.export.GpuExporter.export_layers` (every recurrent layer
+of the model, conv window and state, ``--pairs`` checkpoints) against one ``export``
+launch per layer and the reference's per-checkpoint torch copies.
+
+On a CUDA device times are CUDA-event means over ``--repeats`` runs after ``--warmup``;
+the targets in docs/GPU.md apply to an H200. Without CUDA the benchmark runs tiny sizes
+(each model's first tensors, every dimension capped) in the Triton interpreter, says so,
+and its numbers only show that the code path works. The last line is always
+``capture_recurrent bandwidth vs large copy: <N>%`` (the kernel's capture bandwidth as a
+percentage of the large copy's, for the first model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from reference import sizes
+from reference.errors import HyckptError
+from reference.state import LiveState
+
+DEFAULT_MODELS = ("nemotron-h-8b", "qwen3-next-80b-a3b", "gpt-oss-20b")
+DEFAULT_PAIRS = 8
+DEFAULT_BLOCK = 16
+#: Interpreter sizes: tensors per model, cap on every dimension, pairs, block size.
+TINY_TENSORS, TINY_DIM, TINY_PAIRS, TINY_BLOCK = 4, 6, 2, 4
+HEADLINE_OP = "capture_recurrent"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One operation of one model: bytes per call and seconds per call of each method."""
+
+    op: str
+    model: str
+    pairs: int
+    nbytes: int
+    kernel_s: float
+    per_pair_s: float
+    torch_s: float
+    large_s: float
+
+    def gbps(self, seconds: float) -> float:
+        return self.nbytes / seconds / 1e9 if seconds > 0 else math.inf
+
+    @property
+    def vs_large(self) -> float:
+        """Kernel bandwidth as a percentage of the large copy's."""
+        return 100.0 * self.large_s / self.kernel_s if self.kernel_s > 0 else math.inf
+
+
+# --- building the workload -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one model's rows need: the storage, its live state and the pairs."""
+
+    model: str
+    storage: object  # gpu.storage.GpuStorage (imported lazily: it needs Triton)
+    live: LiveState
+    pairs: int
+    valid: int
+
+
+def _shape(shape: Sequence[int], tiny: bool) -> tuple[int, ...]:
+    return tuple(min(n, TINY_DIM) for n in shape) if tiny else tuple(shape)
+
+
+def build_workload(
+    name: str, pairs: int, block: int, device: torch.device, *, tiny: bool
+) -> Workload:
+    """Live tensors ``[pairs, *shape]`` of the model's recurrent specs and pages
+    ``[pairs, block, kv_heads, head_dim]`` of its attention layers, on ``device``."""
+    from gpu.storage import GpuStorage
+
+    model = sizes.get_model(name)
+    rec = sizes.recurrent_tensor_specs(model)
+    kv = sizes.kv_page_specs(model, block) if model.full_attention_layers else []
+    if tiny:
+        rec, kv = rec[:TINY_TENSORS], kv[:2]
+
+    def make(spec: sizes.TensorSpec, page: bool) -> torch.Tensor:
+        shape = (block, *_shape(spec.shape[1:], tiny)) if page else _shape(spec.shape, tiny)
+        return torch.zeros((pairs, *shape), dtype=spec.dtype, device=device)
+
+    live = LiveState(
+        recurrent={s.name: make(s, False) for s in rec},
+        kv_pages={s.name: make(s, True) for s in kv},
+    )
+    storage = GpuStorage(live, pairs, pairs if kv else 0, boundary_hidden_dim=0)
+    return Workload(name, storage, live, pairs, valid=max(block - 3, 1))
+
+
+# --- timing ------------------------------------------------------------------------------
+
+
+def measure(work: Workload, device: torch.device, warmup: int, repeats: int) -> list[Row]:
+    """Every row of one model."""
+    from gpu.device import mean_seconds
+    from gpu.export import GpuExporter
+    from gpu.storage import GpuStorage
+
+    storage = work.storage
+    assert isinstance(storage, GpuStorage)
+    p = work.pairs
+    snaps, lives = list(range(p)), list(reversed(range(p)))
+    valids = [work.valid] * p
+    rec_slabs = storage.slabs()["recurrent"]
+    kv_slabs = storage.slabs()["kv"]
+    rows: list[Row] = []
+
+    def large(nbytes: int, zero: bool = False) -> float:
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        src = torch.empty_like(dst)
+        fn: Callable[[], object] = dst.zero_ if zero else (lambda: dst.copy_(src))
+        return mean_seconds(fn, device, warmup, repeats)
+
+    def row(
+        op: str,
+        nbytes: int,
+        kernel: Callable[[], object],
+        per_pair: Callable[[], object],
+        torch_copy: Callable[[], object],
+        zero: bool = False,
+    ) -> None:
+        rows.append(
+            Row(
+                op,
+                work.model,
+                p,
+                nbytes,
+                mean_seconds(kernel, device, warmup, repeats),
+                mean_seconds(per_pair, device, warmup, repeats),
+                mean_seconds(torch_copy, device, warmup, repeats),
+                large(nbytes, zero),
+            )
+        )
+
+    live = work.live.recurrent
+    rec_bytes = p * sum(t[0].numel() * t.element_size() for t in live.values())
+    if live:
+        storage.capture_recurrent_batch(snaps, lives)
+        _check_same(rec_slabs, live, snaps, lives)
+        row(
+            "capture_recurrent",
+            rec_bytes,
+            lambda: storage.capture_recurrent_batch(snaps, lives),
+            lambda: _each(storage.capture_recurrent, zip(snaps, lives, strict=True)),
+            lambda: [
+                rec_slabs[n][s].copy_(t[b])
+                for s, b in zip(snaps, lives, strict=True)
+                for n, t in live.items()
+            ],
+        )
+        row(
+            "restore_recurrent",
+            rec_bytes,
+            lambda: storage.restore_recurrent_batch(snaps, lives),
+            lambda: _each(storage.restore_recurrent, zip(snaps, lives, strict=True)),
+            lambda: [
+                t[b].copy_(rec_slabs[n][s])
+                for s, b in zip(snaps, lives, strict=True)
+                for n, t in live.items()
+            ],
+        )
+        row(
+            "zero_recurrent",
+            rec_bytes,
+            lambda: storage.zero_recurrent_batch(lives),
+            lambda: _each(storage.zero_recurrent, ((b,) for b in lives)),
+            lambda: [t[b].zero_() for b in lives for t in live.values()],
+            zero=True,
+        )
+    pages = work.live.kv_pages
+    if pages:
+        v = work.valid
+        kv_bytes = p * v * sum(t[0, 0].numel() * t.element_size() for t in pages.values())
+        row(
+            "capture_partial_kv",
+            kv_bytes,
+            lambda: storage.capture_partial_kv_batch(snaps, lives, valids),
+            lambda: _each(storage.capture_partial_kv, zip(snaps, lives, valids, strict=True)),
+            lambda: [
+                kv_slabs[n][s, :v].copy_(t[b, :v])
+                for s, b in zip(snaps, lives, strict=True)
+                for n, t in pages.items()
+            ],
+        )
+        row(
+            "restore_partial_kv",
+            kv_bytes,
+            lambda: storage.restore_partial_kv_batch(snaps, lives, valids),
+            lambda: _each(storage.restore_partial_kv, zip(snaps, lives, valids, strict=True)),
+            lambda: [
+                t[b, :v].copy_(kv_slabs[n][s, :v])
+                for s, b in zip(snaps, lives, strict=True)
+                for n, t in pages.items()
+            ],
+        )
+    calls = _export_calls(work, device)
+    if calls:
+        exporter = GpuExporter()
+        nbytes = sum(_export_bytes(c) for c in calls)
+        row(
+            "export (all layers)",
+            nbytes,
+            lambda: exporter.export_layers(calls),
+            lambda: _each(lambda c: exporter.export(**c), ((c,) for c in calls)),
+            lambda: _each(_reference_export, ((c,) for c in calls)),
+        )
+    return rows
+
+
+def _each(call: Callable[..., object], arguments: Iterable[tuple[object, ...]]) -> None:
+    """``call(*args)`` for each tuple of ``arguments`` (one launch each, for kernels)."""
+    for args in arguments:
+        call(*args)
+
+
+def _check_same(
+    slabs: dict[str, torch.Tensor],
+    live: dict[str, torch.Tensor],
+    snaps: list[int],
+    lives: list[int],
+) -> None:
+    """The kernel's capture equals the live bytes (a sanity check before timing)."""
+    for name, tensor in live.items():
+        if not torch.equal(slabs[name][snaps], tensor[lives]):
+            raise HyckptError(f"bench: the captured slab {name!r} differs from the live tensor")
+
+
+def _export_calls(work: Workload, device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """One export call per recurrent layer (a ``.conv`` and a ``.state`` slab): ``pairs``
+    rows of 8 tokens, each with a checkpoint at offset 5 into its own slot."""
+    storage = work.storage
+    from gpu.storage import GpuStorage
+
+    assert isinstance(storage, GpuStorage)
+    slabs = storage.slabs()["recurrent"]
+    p, tokens = work.pairs, 8
+    calls = []
+    for name, conv in slabs.items():
+        if not name.endswith(".conv") or name.replace(".conv", ".state") not in slabs:
+            continue
+        state = slabs[name.replace(".conv", ".state")]
+        conv_dim, window = conv.shape[1], conv.shape[2]
+        calls.append(
+            {
+                "raw_inputs": torch.zeros((p * tokens, conv_dim), dtype=conv.dtype, device=device),
+                "cu_seqlens": torch.arange(0, p * tokens + 1, tokens, device=device),
+                "initial_conv": torch.zeros((p, conv_dim, window), dtype=conv.dtype, device=device),
+                "emitted_states": torch.zeros(
+                    (p, *state.shape[1:]), dtype=state.dtype, device=device
+                ),
+                "offsets": torch.full((p,), 5, device=device),
+                "destinations": torch.arange(p, device=device),
+                "conv_slab": conv,
+                "state_slab": state,
+            }
+        )
+    return calls
+
+
+def _export_bytes(call: dict[str, torch.Tensor]) -> int:
+    rows = call["offsets"].numel()
+    return rows * sum(
+        call[n][0].numel() * call[n].element_size() for n in ("conv_slab", "state_slab")
+    )
+
+
+def _reference_export(call: dict[str, torch.Tensor]) -> None:
+    """The reference's writes (torch copies per checkpoint); plan on the host first."""
+    from reference.export import plan_export, write_checkpoints
+
+    plan = plan_export(**call)
+    write_checkpoints(
+        plan,
+        raw_inputs=call["raw_inputs"],
+        initial_conv=call["initial_conv"],
+        emitted_states=call["emitted_states"],
+        conv_slab=call["conv_slab"],
+        state_slab=call["state_slab"],
+    )
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def report(rows: Sequence[Row]) -> list[str]:
+    """The table, then the headline (always last)."""
+    header = (
+        f"{'op':<20} {'model':<20} {'pairs':>5} {'MiB/call':>9} {'kernel GB/s':>11} "
+        f"{'per-pair GB/s':>13} {'torch copy_ GB/s':>16} {'large copy GB/s':>15} "
+        f"{'kernel/large':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r.op:<20} {r.model:<20} {r.pairs:>5} {r.nbytes / 2**20:>9.3f} "
+            f"{r.gbps(r.kernel_s):>11.4g} {r.gbps(r.per_pair_s):>13.4g} "
+            f"{r.gbps(r.torch_s):>16.4g} {r.gbps(r.large_s):>15.4g} {percent(r.vs_large):>11}%"
+        )
+    lines.append(headline(rows))
+    return lines
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """``capture_recurrent bandwidth vs large copy: <N>%`` for the first model measured."""
+    first = next((r for r in rows if r.op == HEADLINE_OP), None)
+    value = "n/a" if first is None else percent(first.vs_large)
+    return f"{HEADLINE_OP} bandwidth vs large copy: {value}%"
+
+
+def percent(value: float) -> str:
+    """``87.4`` style: one decimal from 1 % up, two significant digits below."""
+    return f"{value:.1f}" if value >= 1 or value == 0 else f"{value:.2g}"
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``hyckpt bench gpu``'s options to ``parser``."""
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        metavar="NAME",
+        help=f"models of reference/sizes.py (default: %(default)s; known: "
+        f"{', '.join(sizes.model_names())})",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=DEFAULT_PAIRS,
+        help="(snapshot slot, live slot) pairs per call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--block", type=int, default=DEFAULT_BLOCK, help="tokens per KV page (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="timed calls (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed calls first (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="cuda, or cpu (tiny sizes in the Triton interpreter); auto: cuda if available",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, one warm-up and one timed call (what CI runs)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark described by ``args``; print the table and the headline.
+
+    Returns 0, or 2 for an option out of range or CUDA asked for but absent.
+    """
+    try:
+        from gpu import device as dev
+        from gpu.storage import GpuStorage  # noqa: F401  (needs Triton)
+    except ModuleNotFoundError as error:
+        print(
+            f"hyckpt bench gpu: error: the GPU layer needs {error.name}: pip install "
+            "'hyckpt[triton]'",
+            file=sys.stderr,
+        )
+        return 2
+    want = args.device
+    if want == "auto":
+        want = "cuda" if dev.cuda_available() else "cpu"
+    if want == "cuda" and not dev.cuda_available():
+        print(
+            "hyckpt bench gpu: error: --device cuda but torch sees no CUDA device", file=sys.stderr
+        )
+        return 2
+    if args.pairs < 1 or args.block < 1 or args.repeats < 1 or args.warmup < 0:
+        print(
+            "hyckpt bench gpu: error: --pairs, --block and --repeats must be >= 1, --warmup >= 0",
+            file=sys.stderr,
+        )
+        return 2
+    for name in args.models:
+        sizes.get_model(name)  # an unknown name fails before anything runs
+    device = torch.device(want)
+    tiny = device.type == "cpu" or args.quick
+    pairs, block = (TINY_PAIRS, TINY_BLOCK) if tiny else (args.pairs, args.block)
+    warmup, repeats = (1, 1) if tiny else (args.warmup, args.repeats)
+    if device.type == "cpu":
+        print(
+            "note: no CUDA device: tiny sizes (each model's first tensors, dimensions capped "
+            f"at {TINY_DIM}) run in the Triton interpreter; the numbers only show that the "
+            "code path works and say nothing about GPU bandwidth"
+        )
+    else:
+        print(
+            f"device: {dev.device_name(device)}; pairs {pairs}, block {block}, "
+            f"{repeats} timed calls after {warmup} warm-up calls"
+        )
+    rows: list[Row] = []
+    for name in args.models:
+        work = build_workload(name, pairs, block, device, tiny=tiny)
+        rows += measure(work, device, warmup, repeats)
+        del work
+    for line in report(rows):
+        print(line)
+    return 0
