@@ -5,7 +5,10 @@
     hyckpt                      run the demo with the embedded configuration
     hyckpt demo [--config FILE] run the demo (FILE shaped like sim/default.toml)
     hyckpt bench index [...]    index micro-benchmark (sim.bench.index_bench)
+    hyckpt bench gpu [...]      GPU-layer copy bandwidth (sim.bench.gpu_bench)
     hyckpt sizes [...]          checkpoint sizes of real hybrid models (sim.sizes_cmd)
+    hyckpt simulate [...]       serving-engine simulation (sim.engine.command)
+    hyckpt bench sim [...]      shadow simulation throughput (sim.bench.sim_bench)
     hyckpt --version
 
 Exit codes: 0 success, 1 a check failed (e.g. the demo did not reproduce its expected
@@ -28,6 +31,8 @@ from sim import sizes_cmd
 
 PROG = "hyckpt"
 BENCH_INDEX_MODULE = "sim.bench.index_bench"
+BENCH_GPU_MODULE = "sim.bench.gpu_bench"
+BENCH_SIM_MODULE = "sim.bench.sim_bench"
 
 
 def version() -> str:
@@ -49,15 +54,33 @@ def _run_sizes(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return sizes_cmd.run(args)
 
 
+def _run_simulate(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim.engine import command
+
+    return command.main(args)
+
+
+def _run_bench_sim(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _run_bench(BENCH_SIM_MODULE, "sim", "the simulation benchmark", extra)
+
+
 def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _run_bench(BENCH_INDEX_MODULE, "index", "the index benchmark", extra)
+
+
+def _run_bench_gpu(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _run_bench(BENCH_GPU_MODULE, "gpu", "the GPU benchmark", extra)
+
+
+def _run_bench(module_name: str, command: str, what: str, extra: Sequence[str]) -> int:
+    """Import a benchmark module lazily, parse its options from ``extra``, run its ``main``."""
     try:
-        module = importlib.import_module(BENCH_INDEX_MODULE)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        if error.name not in ("sim.bench", BENCH_INDEX_MODULE):
+        if error.name not in ("sim.bench", module_name):
             raise
         print(
-            f"{PROG}: error: the index benchmark ({BENCH_INDEX_MODULE}) is not available "
-            "in this installation",
+            f"{PROG}: error: {what} ({module_name}) is not available in this installation",
             file=sys.stderr,
         )
         return 2
@@ -65,13 +88,13 @@ def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
     bench_main = getattr(module, "main", None)
     if not callable(add_arguments) or not callable(bench_main):
         print(
-            f"{PROG}: error: {BENCH_INDEX_MODULE} must define add_arguments(parser) and main(args)",
+            f"{PROG}: error: {module_name} must define add_arguments(parser) and main(args)",
             file=sys.stderr,
         )
         return 2
     doc = (module.__doc__ or "").strip().splitlines()
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} bench index", description=doc[0] if doc else None
+        prog=f"{PROG} bench {command}", description=doc[0] if doc else None
     )
     add_arguments(parser)
     code = _parse(parser, extra)
@@ -82,12 +105,12 @@ def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
         return 0
     if isinstance(result, int):
         return result
-    raise TypeError(f"{BENCH_INDEX_MODULE}.main returned {result!r}; it must return an int")
+    raise TypeError(f"{module_name}.main returned {result!r}; it must return an int")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser. ``bench index`` options belong to the benchmark module and
-    are parsed by :func:`main` only once that command is chosen."""
+    """The top-level parser. ``bench index`` / ``bench gpu`` options belong to the
+    benchmark modules and are parsed by :func:`main` only once that command is chosen."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Prefix-cache checkpoint semantics for hybrid LLMs: reference, demo and "
@@ -119,6 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
     sizes_cmd.add_arguments(sizes)
     sizes.set_defaults(handler=_run_sizes, command_parser=sizes)
 
+    simulate = commands.add_parser(
+        "simulate",
+        help="simulate a serving engine on a workload; check lockstep, report hit rates",
+        description="Run the SimPy serving-engine simulation (docs/SIMULATION.md) on a "
+        "generated workload and print a summary; --json writes the full result.",
+    )
+    from sim.engine import command as simulate_command
+
+    simulate_command.add_arguments(simulate)
+    simulate.set_defaults(handler=_run_simulate, command_parser=simulate)
+
     bench = commands.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
     benches = bench.add_subparsers(title="benchmarks", metavar="BENCHMARK", required=True)
     benches.add_parser(
@@ -126,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the reference index lookup against the seed's linear scan",
         add_help=False,
     ).set_defaults(handler=_run_bench_index, accepts_extra=True)
+    benches.add_parser(
+        "gpu",
+        help="bandwidth of the GPU layer's Triton copies against torch copies",
+        add_help=False,
+    ).set_defaults(handler=_run_bench_gpu, accepts_extra=True)
+    benches.add_parser(
+        "sim", help="shadow simulation throughput on an agentic workload", add_help=False
+    ).set_defaults(handler=_run_bench_sim, accepts_extra=True)
     return parser
 
 

@@ -1,0 +1,81 @@
+"""Backends of a simulation run, chosen by name (:func:`make_backend`).
+
+==========  ==========================================================================
+name        what it is
+==========  ==========================================================================
+shadow      metadata only (:class:`~sim.engine.backends.shadow.ShadowBackend`): no
+            tensors; for million-request runs
+reference   real tensors on the tiny model through the reference storage and exporter
+            (:class:`~sim.engine.backends.tensor.TensorBackend`); small workloads only
+gpu         the same with ``gpu.impl:implementation`` (an error if it cannot be loaded)
+external    the same with any ``module:factory`` implementation (``--impl``)
+==========  ==========================================================================
+
+The index and placement policy of a run always come from the backend's
+``implementation`` (the reference for ``shadow`` unless ``impl`` is given).
+"""
+
+from __future__ import annotations
+
+from reference.errors import ImplementationLoadError, InvalidConfigError
+from reference.loading import DEFAULT_IMPL, load_implementation
+from sim.engine.backends.base import Backend, Capture, EngineLayout, WriteObserver
+from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
+from sim.engine.backends.shadow import ShadowBackend
+from sim.engine.backends.tensor import TensorBackend
+
+#: The GPU layer's implementation factory.
+GPU_IMPL = "gpu.impl:implementation"
+
+__all__ = [
+    "GPU_IMPL",
+    "Backend",
+    "Capture",
+    "DecliningBackend",
+    "EngineLayout",
+    "FailingCaptures",
+    "ShadowBackend",
+    "TensorBackend",
+    "WriteObserver",
+    "make_backend",
+]
+
+
+def make_backend(name: str, impl: str | None = None, *, check_exactness: bool = True) -> Backend:
+    """The backend called ``name`` (see the module docstring).
+
+    Args:
+        name: ``shadow``, ``reference``, ``gpu`` or ``external``.
+        impl: ``module:factory`` of the implementation; required for ``external``,
+            optional for ``shadow`` and ``reference`` (default: the reference).
+        check_exactness: real-tensor backends compare restores with scratch prefills.
+
+    Raises:
+        InvalidConfigError: unknown name, or ``external`` without ``impl``.
+        ImplementationLoadError: the implementation cannot be loaded (for ``gpu``: the
+            GPU layer is not importable here).
+    """
+    if name == "shadow":
+        return ShadowBackend(load_implementation(impl or DEFAULT_IMPL))
+    if name == "reference":
+        return TensorBackend(
+            load_implementation(impl or DEFAULT_IMPL),
+            name="reference",
+            check_exactness=check_exactness,
+        )
+    if name == "gpu":
+        try:
+            implementation = load_implementation(impl or GPU_IMPL)
+        except ImplementationLoadError as error:
+            raise ImplementationLoadError(
+                f"backend 'gpu' needs the GPU layer ({impl or GPU_IMPL}), which cannot be "
+                f"loaded here: {error}"
+            ) from error
+        return TensorBackend(implementation, name="gpu", check_exactness=check_exactness)
+    if name == "external":
+        if not impl:
+            raise InvalidConfigError("backend 'external' needs --impl module:factory")
+        return TensorBackend(
+            load_implementation(impl), name="external", check_exactness=check_exactness
+        )
+    raise InvalidConfigError(f"unknown backend {name!r} (known: shadow, reference, gpu, external)")

@@ -1,0 +1,127 @@
+"""The backend Protocol: what the scheduler asks of the layer that holds checkpoint data.
+
+The scheduler owns time, the KV pool, the index and the placement policy; a backend owns
+the *data*: live state and snapshot storage (real tensors), or nothing (shadow). The
+scheduler calls, per request:
+
+1. :meth:`Backend.start` when it admits the request (fresh state in its batch slot),
+2. :meth:`Backend.restore` when it issues the restore of a hit (copy the snapshot slot
+   into the batch slot and the partial page),
+3. :meth:`Backend.prefill` once per scheduled chunk, in the step that computes it, with
+   the checkpoints (reserved slots) placement put inside the chunk; the backend writes
+   each and reports every write it actually performs to the
+   :class:`WriteObserver` (the lockstep checker) as it performs it,
+4. :meth:`Backend.prefill_done` when the prompt is computed (real-tensor backends compare
+   a restored request with a scratch prefill here),
+5. :meth:`Backend.release` when the request finishes or is preempted.
+
+Slots are the index's snapshot slot ids; blocks are the KV pool's block ids (page ids of
+the live state). Token counts and positions are tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from reference.api import Implementation
+from sim.engine.sequence import PromptSource
+
+
+class WriteObserver(Protocol):
+    """Receives every checkpoint write a backend performs."""
+
+    def on_write(self, slot: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """One checkpoint to write during a prefill chunk: the state after ``position`` tokens
+    into snapshot slot ``slot``."""
+
+    position: int
+    slot: int
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    """Pool sizes a backend allocates for.
+
+    Attributes:
+        batch_slots: live batch slots (max running sequences).
+        kv_blocks: KV pages.
+        block_size: tokens per page ``B``.
+        first_slot: first snapshot slot id of the index.
+        checkpoint_slots: snapshot slots.
+    """
+
+    batch_slots: int
+    kv_blocks: int
+    block_size: int
+    first_slot: int
+    checkpoint_slots: int
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Holds (or pretends to hold) live state and checkpoints; see the module docstring.
+
+    Attributes:
+        name: backend name in reports.
+        implementation: where the index and placement policy come from.
+        real_tensors: whether data is really computed and copied.
+    """
+
+    name: str
+    implementation: Implementation
+    real_tensors: bool
+
+    def bind(self, layout: EngineLayout, observer: WriteObserver) -> None:
+        """Allocate pools for ``layout``; report writes to ``observer``. Called once."""
+        ...
+
+    def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
+        """A request enters ``batch_slot`` with an empty prefix."""
+        ...
+
+    def restore(
+        self,
+        request_id: str,
+        batch_slot: int,
+        slot: int,
+        tokens: int,
+        block_table: Sequence[int],
+    ) -> None:
+        """Restore the checkpoint of ``slot`` (state after ``tokens`` tokens) into
+        ``batch_slot`` and, when ``tokens mod B != 0``, the partial page
+        ``block_table[tokens // B]``."""
+        ...
+
+    def prefill(
+        self,
+        request_id: str,
+        batch_slot: int,
+        start: int,
+        end: int,
+        block_table: Sequence[int],
+        captures: Sequence[Capture],
+    ) -> list[bool]:
+        """Compute tokens ``[start, end)`` and write ``captures``; per capture, whether the
+        write was issued (``False``: it failed and nothing was written)."""
+        ...
+
+    def prefill_done(
+        self, request_id: str, batch_slot: int, block_table: Sequence[int]
+    ) -> list[str]:
+        """The prompt is computed; mismatches against a scratch prefill (empty if none or
+        not checked)."""
+        ...
+
+    def release(self, request_id: str, batch_slot: int) -> None:
+        """The request leaves ``batch_slot`` (finished or preempted)."""
+        ...
+
+    def describe(self) -> dict[str, object]:
+        """JSON-ready description for reports."""
+        ...

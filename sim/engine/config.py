@@ -1,0 +1,306 @@
+"""Configuration of one simulation run: engine, pools, policies, backend, faults.
+
+Counts are tokens unless the name says otherwise; ``*_bytes`` are bytes, ``*_s`` seconds.
+Every value is checked when the object is built; a bad one raises
+:class:`~reference.errors.InvalidConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.errors import InvalidConfigError
+from reference.eviction import POLICIES as EVICTION_POLICIES
+from reference.placement import POLICIES as PLACEMENT_POLICIES
+from reference.sizes import element_bytes, get_model
+from sim.engine.costs import CostModel, get_gpu
+
+#: Backends a run can use (see :mod:`sim.engine.backends`).
+BACKEND_NAMES = ("shadow", "reference", "gpu", "external")
+#: Fraction of the GPU's memory the engine may use (the rest is left to the runtime).
+GPU_MEMORY_UTILIZATION = 0.9
+#: Default byte budget of the checkpoint pool: 16 GiB.
+DEFAULT_CHECKPOINT_BUDGET_BYTES = 16 * 2**30
+
+
+def _check_int(owner: str, name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_float(owner: str, name: str, value: object, low: float, high: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        bounds = f"in [{low}, {high}]" if high != math.inf else f">= {low}"
+        raise InvalidConfigError(f"{owner}.{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Fault-injection switches (all off by default).
+
+    Conditions a correct engine must survive with zero lockstep violations:
+
+    Attributes:
+        capture_failure_rate: probability that the backend reports a capture as failed
+            when it is issued; the engine must abort the reservation (abort path).
+        preempt_mid_prefill_rate: probability, per step, that the youngest request with a
+            scheduled prefill chunk is preempted after scheduling and before the step
+            runs; its reservations of the step must be aborted.
+        copy_delay_s: extra seconds added to every copy-stream job, so captures complete
+            (and publish) well after their step ends.
+        broken_backend: the backend declines every capture strictly inside a chunk but
+            reports it as written: reserved, never written, then published — the
+            vLLM mamba seed's warning. Always a violation.
+
+    Engine mistakes, to show the checker catches what the faults above would cause:
+
+    Attributes:
+        publish_failed_captures: publish a failed capture instead of aborting it.
+        skip_abort_on_preempt: forget the reservations of a request preempted after its
+            chunk was scheduled.
+        publish_on_issue: publish when a capture is issued, not when its copy completes.
+    """
+
+    capture_failure_rate: float = 0.0
+    preempt_mid_prefill_rate: float = 0.0
+    copy_delay_s: float = 0.0
+    broken_backend: bool = False
+    publish_failed_captures: bool = False
+    skip_abort_on_preempt: bool = False
+    publish_on_issue: bool = False
+
+    def __post_init__(self) -> None:
+        _check_float("Faults", "capture_failure_rate", self.capture_failure_rate, 0.0, 1.0)
+        _check_float("Faults", "preempt_mid_prefill_rate", self.preempt_mid_prefill_rate, 0.0, 1.0)
+        _check_float("Faults", "copy_delay_s", self.copy_delay_s, 0.0)
+        for name in (
+            "broken_backend",
+            "publish_failed_captures",
+            "skip_abort_on_preempt",
+            "publish_on_issue",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidConfigError(f"Faults.{name} must be True or False")
+
+    def active(self) -> dict[str, object]:
+        """The switches that differ from their defaults."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        }
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated serving engine.
+
+    Attributes:
+        model: real model priced by the cost model (:data:`reference.sizes.MODELS`).
+        gpu: GPU preset (:data:`sim.engine.costs.GPU_PRESETS`).
+        block_size: tokens per KV page ``B``.
+        hash_unit: hash unit ``h`` of the checkpoint index (divides ``B``); ``None`` = ``B``.
+        token_budget: tokens scheduled per step (decode first, then prefill chunks).
+        max_num_seqs: running sequences at most (batch slots).
+        kv_blocks: KV pages in the pool; ``None`` = sized from the GPU memory left after
+            weights, live recurrent state and the checkpoint pool.
+        checkpoint_slots: snapshot slots; ``None`` = ``checkpoint_budget_bytes`` / slot bytes.
+        checkpoint_budget_bytes: byte budget of the checkpoint pool when
+            ``checkpoint_slots`` is ``None``.
+        placement: placement policy name; ``placement_params`` override its defaults
+            (:func:`default_placement_params`).
+        eviction: eviction policy of the checkpoint index; ``eviction_params`` go to it.
+        spec_tokens: speculative tokens proposed per decode step (0 = off).
+        spec_acceptance: probability each proposed token is accepted (until the first
+            rejection).
+        backend: ``shadow``, ``reference``, ``gpu`` or ``external``.
+        impl: ``module:factory`` of the implementation (``external``; optional for the
+            others: ``shadow`` defaults to the reference's index and placement).
+        seed: seed of every random draw of the engine (acceptance, faults).
+        namespace: namespace of every checkpoint key; ``None`` = the model name.
+        sample_interval_s: simulated seconds between time-series samples.
+        fuse_decode_steps: run consecutive decode-only steps without a SimPy event each
+            (same results; faster).
+        check_exactness: real-tensor backends compare every restored request with a
+            scratch prefill.
+        mfu, mbu, copy_efficiency, step_overhead_s, copy_launch_s: cost model parameters
+            (:class:`~sim.engine.costs.CostModel`).
+        faults: fault-injection switches.
+    """
+
+    model: str = "nemotron-h-8b"
+    gpu: str = "h200"
+    block_size: int = 16
+    hash_unit: int | None = None
+    token_budget: int = 8192
+    max_num_seqs: int = 256
+    kv_blocks: int | None = None
+    checkpoint_slots: int | None = None
+    checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET_BYTES
+    placement: str = "block-floor"
+    placement_params: Mapping[str, Any] = field(default_factory=dict)
+    eviction: str = "lru"
+    eviction_params: Mapping[str, Any] = field(default_factory=dict)
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.7
+    backend: str = "shadow"
+    impl: str | None = None
+    seed: int = 0
+    namespace: str | None = None
+    sample_interval_s: float = 1.0
+    fuse_decode_steps: bool = True
+    check_exactness: bool = True
+    mfu: float = 0.5
+    mbu: float = 0.8
+    copy_efficiency: float = 0.8
+    step_overhead_s: float = 0.0005
+    copy_launch_s: float = 0.000005
+    faults: Faults = field(default_factory=Faults)
+
+    def __post_init__(self) -> None:
+        owner = "SimConfig"
+        get_model(self.model)
+        get_gpu(self.gpu)
+        block = _check_int(owner, "block_size", self.block_size, 1)
+        unit = (
+            block if self.hash_unit is None else _check_int(owner, "hash_unit", self.hash_unit, 1)
+        )
+        if block % unit:
+            raise InvalidConfigError(
+                f"SimConfig.hash_unit={unit} must divide block_size={block} (KV block "
+                "digests are the index's unit digests every B/h units)"
+            )
+        _check_int(owner, "token_budget", self.token_budget, 1)
+        _check_int(owner, "max_num_seqs", self.max_num_seqs, 1)
+        if self.kv_blocks is not None:
+            _check_int(owner, "kv_blocks", self.kv_blocks, 1)
+        if self.checkpoint_slots is not None:
+            _check_int(owner, "checkpoint_slots", self.checkpoint_slots, 1)
+        _check_int(owner, "checkpoint_budget_bytes", self.checkpoint_budget_bytes, 1)
+        if self.placement not in PLACEMENT_POLICIES:
+            raise InvalidConfigError(
+                f"unknown placement policy {self.placement!r} "
+                f"(known: {', '.join(sorted(PLACEMENT_POLICIES))})"
+            )
+        if self.eviction not in EVICTION_POLICIES:
+            raise InvalidConfigError(
+                f"unknown eviction policy {self.eviction!r} "
+                f"(known: {', '.join(sorted(EVICTION_POLICIES))})"
+            )
+        spec = _check_int(owner, "spec_tokens", self.spec_tokens, 0)
+        _check_float(owner, "spec_acceptance", self.spec_acceptance, 0.0, 1.0)
+        if self.token_budget < self.max_num_seqs * (1 + spec):
+            raise InvalidConfigError(
+                f"SimConfig.token_budget={self.token_budget} must cover one decode step of "
+                f"every running sequence: max_num_seqs * (1 + spec_tokens) = "
+                f"{self.max_num_seqs * (1 + spec)}"
+            )
+        if self.backend not in BACKEND_NAMES:
+            raise InvalidConfigError(
+                f"unknown backend {self.backend!r} (known: {', '.join(BACKEND_NAMES)})"
+            )
+        if self.backend == "external" and not self.impl:
+            raise InvalidConfigError("backend 'external' needs impl='module:factory'")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise InvalidConfigError(f"SimConfig.seed must be an int, got {self.seed!r}")
+        _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9)
+        if not isinstance(self.faults, Faults):
+            raise InvalidConfigError("SimConfig.faults must be a Faults instance")
+        object.__setattr__(self, "placement_params", dict(self.placement_params))
+        object.__setattr__(self, "eviction_params", dict(self.eviction_params))
+        self.costs()  # validates the cost parameters
+
+    # --- derived values ----------------------------------------------------------------
+
+    @property
+    def unit(self) -> int:
+        """The index's hash unit ``h`` in tokens."""
+        return self.block_size if self.hash_unit is None else self.hash_unit
+
+    @property
+    def key_namespace(self) -> str:
+        """Namespace of every checkpoint key."""
+        return self.model if self.namespace is None else self.namespace
+
+    def costs(self) -> CostModel:
+        """The cost model of this configuration."""
+        return CostModel(
+            get_model(self.model),
+            get_gpu(self.gpu),
+            block_size=self.block_size,
+            mfu=self.mfu,
+            mbu=self.mbu,
+            copy_efficiency=self.copy_efficiency,
+            step_overhead_s=self.step_overhead_s,
+            copy_launch_s=self.copy_launch_s,
+        )
+
+    def placement_arguments(self) -> dict[str, Any]:
+        """Parameters passed to ``make_placement``: defaults, then ``placement_params``."""
+        return {
+            **default_placement_params(self.placement, self.block_size, self.unit),
+            **self.placement_params,
+        }
+
+    def checkpoint_capacity(self) -> int:
+        """Snapshot slots of the checkpoint pool (at least 1)."""
+        if self.checkpoint_slots is not None:
+            return self.checkpoint_slots
+        per_slot = self.checkpoint_slot_bytes()
+        return max(1, self.checkpoint_budget_bytes // per_slot)
+
+    def checkpoint_slot_bytes(self) -> int:
+        """Bytes one snapshot slot preallocates: the recurrent axis and a full partial page."""
+        costs = self.costs()
+        return costs.recurrent_bytes + self.block_size * costs.partial_bytes_per_token
+
+    def kv_capacity(self) -> int:
+        """KV pages of the pool.
+
+        Default: ``0.9 * gpu memory - weights (total params) - max_num_seqs * recurrent
+        bytes - checkpoint pool``, divided by the bytes of one page; at least one
+        ``token_budget`` worth of pages.
+        """
+        if self.kv_blocks is not None:
+            return self.kv_blocks
+        costs = self.costs()
+        m = get_model(self.model)
+        gpu = get_gpu(self.gpu)
+        weights = m.total_params * element_bytes(m.dtype)
+        live = self.max_num_seqs * costs.recurrent_bytes
+        pool = self.checkpoint_capacity() * self.checkpoint_slot_bytes()
+        free = int(gpu.memory_bytes * GPU_MEMORY_UTILIZATION) - weights - live - pool
+        page = self.block_size * max(costs.kv_bytes_per_token, 1)
+        minimum = -(-self.token_budget // self.block_size) + 1
+        return max(minimum, free // page)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (every field, faults nested)."""
+        data = dataclasses.asdict(self)
+        data["placement_params"] = dict(self.placement_params)
+        data["eviction_params"] = dict(self.eviction_params)
+        return data
+
+
+def default_placement_params(name: str, block_size: int, hash_unit: int) -> dict[str, Any]:
+    """Defaults for each placement policy in a run with block size ``B`` and unit ``h``.
+
+    ``block-floor(block_size=B)``; ``interval(hash_unit=h, every=max(h, 4096 snapped to
+    h))``; ``turns(hash_unit=h)``; ``branch(hash_unit=h)``; ``vllm-align(block_size=B,
+    hash_unit=h, alignment=h)``.
+    """
+    if name == "block-floor":
+        return {"block_size": block_size}
+    if name == "interval":
+        return {"hash_unit": hash_unit, "every": max(hash_unit, 4096 // hash_unit * hash_unit)}
+    if name in ("turns", "branch"):
+        return {"hash_unit": hash_unit}
+    if name == "vllm-align":
+        return {"block_size": block_size, "hash_unit": hash_unit, "alignment": hash_unit}
+    return {}

@@ -1,0 +1,302 @@
+"""The cost model: how long a step, a capture and a restore take on a modeled GPU.
+
+Everything is derived from a real model's published configuration
+(:mod:`reference.sizes`: active parameters, KV bytes per token, recurrent bytes per
+sequence) and a GPU's peak dense BF16 FLOP/s and HBM bandwidth (:data:`GPU_PRESETS`).
+Units are in the names: ``*_s`` seconds, ``*_bytes`` bytes, ``*_flops`` floating-point
+operations (a multiply-add counts 2), tokens are tokens.
+
+**Compute stream.** One engine step runs the whole batch as one forward pass::
+
+    step_s = max(flops / (peak_flops * mfu), bytes / (hbm_bytes_per_s * mbu)) + step_overhead_s
+
+- ``flops``: prefill chunk ``[s, e)`` costs ``prefill_flops(e) - prefill_flops(s)`` (token
+  ``t`` attends to ``t`` keys, :func:`reference.sizes.prefill_flops`); a decode step of a
+  sequence holding ``c`` tokens that verifies ``q`` tokens (1 + speculative) costs
+  ``q * flops_per_token(c + 1)``;
+- ``bytes``: the weights are read once per step (``active_params * dtype bytes``); each
+  scheduled sequence reads and writes its recurrent state once (``2 * recurrent_bytes``);
+  a prefill chunk ``[s, e)`` reads ``s`` and writes ``e - s`` tokens of paged KV
+  (``e * kv_bytes_per_token``); a decode step reads ``c`` and writes ``q`` tokens of KV.
+
+**Copy stream.** A device-to-device copy of ``b`` bytes reads and writes them once::
+
+    copy_s = copy_launch_s + 2 * b / (hbm_bytes_per_s * copy_efficiency)
+
+A capture at ``p`` copies the recurrent axis (``recurrent_bytes``, plus the boundary
+hidden row with a draft head) and, when ``p mod B != 0``, the ``p mod B`` valid rows of
+the partial page (``(p mod B) * kv_bytes_per_token``, draft page included). A restore
+copies the same bytes back. The copies of one step form one job on the copy stream; a job
+takes the sum of its copies' times.
+
+The efficiencies (``mfu``, ``mbu``, ``copy_efficiency``) and the overheads are
+assumptions, not measurements; they are parameters of :class:`CostModel`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from reference.errors import InvalidConfigError
+from reference.sizes import (
+    ModelSizes,
+    boundary_hidden_bytes,
+    draft_kv_bytes_per_token,
+    element_bytes,
+    get_model,
+    kv_bytes_per_token,
+    recurrent_bytes_per_sequence,
+)
+
+TERA = 10**12
+"""FLOP/s or bytes/s in a tera (decimal, as datasheets count)."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Peak numbers of one GPU (one device, no sparsity).
+
+    Attributes:
+        name: preset name (``h200``).
+        peak_flops: dense BF16 tensor-core peak, FLOP/s.
+        hbm_bytes_per_s: HBM bandwidth, bytes/s.
+        memory_bytes: HBM capacity, bytes.
+        source: where the numbers come from.
+    """
+
+    name: str
+    peak_flops: float
+    hbm_bytes_per_s: float
+    memory_bytes: int
+    source: str
+
+
+GPU_PRESETS: dict[str, GpuSpec] = {
+    spec.name: spec
+    for spec in (
+        GpuSpec(
+            name="h200",
+            peak_flops=989.5 * TERA,
+            hbm_bytes_per_s=4.8 * TERA,
+            memory_bytes=141 * 10**9,
+            source=(
+                "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
+                "sparsity (989.5 dense), 141 GB HBM3e at 4.8 TB/s"
+            ),
+        ),
+        GpuSpec(
+            name="h100",
+            peak_flops=989.5 * TERA,
+            hbm_bytes_per_s=3.35 * TERA,
+            memory_bytes=80 * 10**9,
+            source=(
+                "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
+                "sparsity (989.5 dense), 80 GB HBM3 at 3.35 TB/s"
+            ),
+        ),
+        GpuSpec(
+            name="a100",
+            peak_flops=312 * TERA,
+            hbm_bytes_per_s=2.039 * TERA,
+            memory_bytes=80 * 10**9,
+            source=(
+                "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): BF16 312 TFLOPS dense, "
+                "80 GB HBM2e at 2,039 GB/s"
+            ),
+        ),
+        GpuSpec(
+            name="b200",
+            peak_flops=2250 * TERA,
+            hbm_bytes_per_s=8.0 * TERA,
+            memory_bytes=180 * 10**9,
+            source=(
+                "NVIDIA HGX B200 specifications, per GPU: FP16/BF16 4.5 PFLOPS with "
+                "sparsity (2.25 dense), 180 GB HBM3e at 8 TB/s"
+            ),
+        ),
+    )
+}
+"""GPU presets by name; the default is ``h200``."""
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The preset called ``name``.
+
+    Raises:
+        InvalidConfigError: unknown name (the message lists the presets).
+    """
+    spec = GPU_PRESETS.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(str(name), list(GPU_PRESETS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidConfigError(
+            f"unknown GPU preset {name!r}{hint} (known: {', '.join(GPU_PRESETS)})"
+        )
+    return spec
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Durations of steps and copies for ``model`` on ``gpu`` (see the module docstring).
+
+    Attributes:
+        model: the real model whose sizes and FLOPs are priced.
+        gpu: the device.
+        block_size: tokens per KV page ``B``.
+        with_draft: a draft head is served (its page rides on the partial-KV axis and the
+            boundary hidden row on the recurrent axis).
+        mfu: fraction of ``peak_flops`` a step achieves (0 < mfu <= 1).
+        mbu: fraction of the HBM bandwidth a step achieves (0 < mbu <= 1).
+        copy_efficiency: fraction of the HBM bandwidth a copy achieves.
+        step_overhead_s: fixed cost of a step (scheduling, launches), seconds.
+        copy_launch_s: fixed cost of one copy, seconds.
+    """
+
+    model: ModelSizes
+    gpu: GpuSpec
+    block_size: int = 16
+    with_draft: bool = False
+    mfu: float = 0.5
+    mbu: float = 0.8
+    copy_efficiency: float = 0.8
+    step_overhead_s: float = 0.0005
+    copy_launch_s: float = 0.000005
+
+    def __post_init__(self) -> None:
+        for name in ("mfu", "mbu", "copy_efficiency"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value <= 1:
+                raise InvalidConfigError(f"cost model {name} must be in (0, 1], got {value!r}")
+        for name in ("step_overhead_s", "copy_launch_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                raise InvalidConfigError(f"cost model {name} must be >= 0 s, got {value!r}")
+        m = self.model
+        per_key = 4 * m.num_attention_heads * m.head_dim
+        kv = kv_bytes_per_token(m)
+        draft_kv = draft_kv_bytes_per_token(m) if self.with_draft else 0
+        hidden = boundary_hidden_bytes(m) if self.with_draft else 0
+        derived = {
+            "dense_flops": 2 * m.active_params,
+            "full_key_flops": per_key * m.full_attention_layers,
+            "swa_key_flops": per_key * m.sliding_window_layers,
+            "window": m.sliding_window,
+            "kv_bytes_per_token": kv,
+            "partial_bytes_per_token": kv + draft_kv,
+            "recurrent_bytes": recurrent_bytes_per_sequence(m) + hidden,
+            "weight_bytes": m.active_params * element_bytes(m.dtype),
+            "_flops_rate": self.gpu.peak_flops * self.mfu,
+            "_bytes_rate": self.gpu.hbm_bytes_per_s * self.mbu,
+            "_copy_rate": self.gpu.hbm_bytes_per_s * self.copy_efficiency / 2,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    # Derived values, set in __post_init__.
+    dense_flops: int = field(init=False, repr=False, compare=False, default=0)
+    """FLOPs per token of the weights: ``2 * active_params``."""
+    full_key_flops: int = field(init=False, repr=False, compare=False, default=0)
+    """FLOPs per attended key over all full-attention layers (``4 * heads * head_dim`` each)."""
+    swa_key_flops: int = field(init=False, repr=False, compare=False, default=0)
+    """FLOPs per attended key over all sliding-window layers."""
+    window: int = field(init=False, repr=False, compare=False, default=0)
+    """Sliding window ``W`` in tokens (0 without sliding-window layers)."""
+    kv_bytes_per_token: int = field(init=False, compare=False, default=0)
+    """Paged KV bytes per token of the full-attention layers."""
+    partial_bytes_per_token: int = field(init=False, compare=False, default=0)
+    """Bytes per valid row of a partial-KV checkpoint (base page plus draft page)."""
+    recurrent_bytes: int = field(init=False, compare=False, default=0)
+    """Bytes of one recurrent-axis checkpoint (plus the boundary row with a draft head)."""
+    weight_bytes: int = field(init=False, compare=False, default=0)
+    """Bytes of weights a step reads (active parameters)."""
+    _flops_rate: float = field(init=False, repr=False, compare=False, default=1.0)
+    _bytes_rate: float = field(init=False, repr=False, compare=False, default=1.0)
+    _copy_rate: float = field(init=False, repr=False, compare=False, default=1.0)
+
+    @classmethod
+    def for_names(cls, model: str, gpu: str, **params: object) -> CostModel:
+        """``CostModel(get_model(model), get_gpu(gpu), **params)``."""
+        return cls(get_model(model), get_gpu(gpu), **params)  # type: ignore[arg-type]
+
+    @property
+    def has_full_attention(self) -> bool:
+        """Whether the model pages KV (a hit then needs its full blocks present)."""
+        return self.kv_bytes_per_token > 0
+
+    # --- FLOPs -----------------------------------------------------------------------
+
+    def prefill_flops(self, tokens: int) -> int:
+        """FLOPs to prefill ``tokens`` tokens from scratch; equals
+        :func:`reference.sizes.prefill_flops`."""
+        full_keys = tokens * (tokens + 1) // 2
+        w = self.window
+        swa_keys = full_keys if tokens <= w else w * (w + 1) // 2 + (tokens - w) * w
+        return (
+            self.dense_flops * tokens
+            + self.full_key_flops * full_keys
+            + self.swa_key_flops * swa_keys
+        )
+
+    def chunk_flops(self, start: int, end: int) -> int:
+        """FLOPs of prefill chunk ``[start, end)`` (tokens)."""
+        return self.prefill_flops(end) - self.prefill_flops(start)
+
+    def decode_flops(self, context: int, tokens: int) -> int:
+        """FLOPs of verifying ``tokens`` tokens after ``context`` cached tokens:
+        ``tokens * flops_per_token(context + 1)``."""
+        keys = context + 1
+        return tokens * (
+            self.dense_flops
+            + self.full_key_flops * keys
+            + self.swa_key_flops * min(keys, self.window)
+        )
+
+    # --- bytes -----------------------------------------------------------------------
+
+    def chunk_bytes(self, end: int) -> int:
+        """HBM bytes of a prefill chunk ending at ``end`` beyond the weights: its KV and
+        the recurrent state read and written once."""
+        return end * self.kv_bytes_per_token + 2 * self.recurrent_bytes
+
+    def decode_bytes(self, context: int, tokens: int) -> int:
+        """HBM bytes of one sequence's decode step beyond the weights."""
+        return (context + tokens) * self.kv_bytes_per_token + 2 * self.recurrent_bytes
+
+    def checkpoint_bytes(self, position: int) -> int:
+        """Bytes one capture (or restore) at ``position`` copies."""
+        rows = position % self.block_size
+        return self.recurrent_bytes + rows * self.partial_bytes_per_token
+
+    # --- durations -------------------------------------------------------------------
+
+    def step_s(self, flops: float, bytes_moved: float) -> float:
+        """Duration of a step with ``flops`` FLOPs and ``bytes_moved`` bytes besides the
+        weights, seconds."""
+        compute = flops / self._flops_rate
+        memory = (bytes_moved + self.weight_bytes) / self._bytes_rate
+        return (compute if compute > memory else memory) + self.step_overhead_s
+
+    def copy_s(self, bytes_copied: int, copies: int = 1) -> float:
+        """Duration of ``copies`` copies totalling ``bytes_copied`` bytes, seconds."""
+        return copies * self.copy_launch_s + bytes_copied / self._copy_rate
+
+    def describe(self) -> dict[str, object]:
+        """The parameters and derived per-unit costs, JSON-ready."""
+        return {
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "gpu_peak_flops": self.gpu.peak_flops,
+            "gpu_hbm_bytes_per_s": self.gpu.hbm_bytes_per_s,
+            "block_size": self.block_size,
+            "with_draft": self.with_draft,
+            "mfu": self.mfu,
+            "mbu": self.mbu,
+            "copy_efficiency": self.copy_efficiency,
+            "step_overhead_s": self.step_overhead_s,
+            "copy_launch_s": self.copy_launch_s,
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "recurrent_bytes": self.recurrent_bytes,
+            "partial_bytes_per_token": self.partial_bytes_per_token,
+        }

@@ -1,0 +1,241 @@
+"""The paged KV pool: full blocks shared by chained block hash, refcounts, LRU reuse.
+
+Blocks are ``B`` tokens of paged KV for every full-attention layer; ids are
+``0 .. num_blocks - 1`` (on a real-tensor backend they are page ids of the live state).
+
+- A block a sequence holds has a **refcount** (number of sequences whose block table
+  lists it). A block whose refcount drops to 0 goes to the **free queue**.
+- A full prompt block whose tokens were computed is **registered** under its chained
+  digest (the digest of the prompt up to the block's end: the index's unit digest at
+  ``(i + 1) * B / h`` units). A later prompt with the same prefix finds it with
+  :meth:`KVPool.match` and shares it (:meth:`KVPool.acquire`), refcount + 1. A digest
+  registered once is not registered again by another block: the duplicate stays private.
+- Free blocks wait in two queues: **unregistered** ones (they hold nothing anyone can
+  hit) and **cached** ones, registered, in least-recently-freed order.
+  :meth:`KVPool.allocate` takes unregistered blocks first, then cached blocks from the
+  head of their queue (LRU). A cached block taken that way loses its registration: it is
+  **evicted** from the prefix cache (counted in :attr:`KVPool.evictions` as ``"lru"``).
+- :meth:`KVPool.release` returns a sequence's blocks last-first, so that its tail is
+  reused before its head (as vLLM does).
+
+Everything is O(1) per block; nothing is O(pool).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+
+from reference.errors import InvalidConfigError, SlotStateError
+
+
+class KVPool:
+    """A pool of ``num_blocks`` KV blocks of ``block_size`` tokens each.
+
+    Args:
+        num_blocks: blocks in the pool (``>= 1``).
+        block_size: tokens per block ``B`` (``>= 1``).
+    """
+
+    __slots__ = (
+        "_by_digest",
+        "_cached_free",
+        "_digest",
+        "_ref",
+        "_unregistered_free",
+        "block_size",
+        "evictions",
+        "num_blocks",
+    )
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"KVPool {name} must be an int >= 1, got {value!r}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._ref = [0] * num_blocks
+        self._digest: list[bytes | None] = [None] * num_blocks
+        self._by_digest: dict[bytes, int] = {}
+        # Free blocks: registered ones in LRU order, unregistered ones as a stack.
+        self._cached_free: OrderedDict[int, None] = OrderedDict()
+        self._unregistered_free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self.evictions: Counter[str] = Counter()
+
+    # --- queries ---------------------------------------------------------------------
+
+    def free_count(self) -> int:
+        """Blocks with refcount 0 (registered or not): what :meth:`allocate` can take."""
+        return len(self._cached_free) + len(self._unregistered_free)
+
+    def used_count(self) -> int:
+        """Blocks held by at least one sequence."""
+        return self.num_blocks - self.free_count()
+
+    def cached_count(self) -> int:
+        """Registered blocks (held or free): the prefix cache's size in blocks."""
+        return len(self._by_digest)
+
+    def refcount(self, block: int) -> int:
+        """Sequences holding ``block``."""
+        return self._ref[block]
+
+    def digest_of(self, block: int) -> bytes | None:
+        """The digest ``block`` is registered under, or ``None``."""
+        return self._digest[block]
+
+    def block_for(self, digest: bytes) -> int | None:
+        """The block registered under ``digest``, or ``None``."""
+        return self._by_digest.get(digest)
+
+    def match(self, digests: Iterable[bytes]) -> int:
+        """Number of leading ``digests`` registered: the contiguous cached prefix, in blocks."""
+        present = list(map(self._by_digest.__contains__, digests))
+        try:
+            return present.index(False)
+        except ValueError:
+            return len(present)
+
+    # --- changes ---------------------------------------------------------------------
+
+    def acquire(self, digests: Sequence[bytes]) -> list[int]:
+        """Share the registered blocks of ``digests`` (each must be registered).
+
+        Returns their block ids, in order; each refcount rises by one and a block that
+        was free leaves the free queue.
+
+        Raises:
+            SlotStateError: a digest is not registered (nothing changed).
+        """
+        table = self._by_digest
+        try:
+            blocks = [table[digest] for digest in digests]
+        except KeyError:
+            raise SlotStateError(
+                "KVPool.acquire: a digest is not registered; match() first and acquire "
+                "only the matched prefix"
+            ) from None
+        self._take(blocks)
+        return blocks
+
+    def _take(self, shared: list[int]) -> None:
+        """Refcount + 1 for registered ``shared`` blocks; free ones leave the cached queue."""
+        ref, cached = self._ref, self._cached_free
+        for block in shared:
+            if ref[block] == 0:
+                del cached[block]
+            ref[block] += 1
+
+    def admit(self, digests: Sequence[bytes], count: int) -> list[int] | None:
+        """Share the registered blocks of ``digests`` and allocate ``count`` fresh ones.
+
+        Returns the shared blocks followed by the fresh ones, or ``None`` (nothing
+        changed) when the free queue cannot supply ``count`` blocks once the shared
+        blocks that were free have left it.
+
+        Raises:
+            SlotStateError: a digest is not registered (nothing changed).
+        """
+        table, ref = self._by_digest, self._ref
+        try:
+            shared = [table[digest] for digest in digests]
+        except KeyError:
+            raise SlotStateError(
+                "KVPool.admit: a digest is not registered; share only a matched prefix"
+            ) from None
+        leaving = list(map(ref.__getitem__, shared)).count(0)
+        if count > self.free_count() - leaving:
+            return None
+        self._take(shared)
+        fresh = self.allocate(count)
+        assert fresh is not None
+        return shared + fresh
+
+    def can_allocate(self, count: int) -> bool:
+        """Whether :meth:`allocate` of ``count`` blocks would succeed."""
+        return count <= self.free_count()
+
+    def allocate(self, count: int) -> list[int] | None:
+        """``count`` fresh blocks (refcount 1), or ``None`` (nothing changed) if the free
+        queue is shorter. Registered blocks taken lose their registration."""
+        if count > self.free_count():
+            return None
+        unregistered = self._unregistered_free
+        take = min(count, len(unregistered))
+        blocks = unregistered[len(unregistered) - take :][::-1]
+        del unregistered[len(unregistered) - take :]
+        ref = self._ref
+        for block in blocks:
+            ref[block] = 1
+        if take < count:
+            cached, digest_of, table = self._cached_free, self._digest, self._by_digest
+            for _ in range(count - take):
+                block, _ = cached.popitem(last=False)
+                digest = digest_of[block]
+                assert digest is not None
+                del table[digest]
+                digest_of[block] = None
+                ref[block] = 1
+                blocks.append(block)
+            self.evictions["lru"] += count - take
+        return blocks
+
+    def register(self, block: int, digest: bytes) -> bool:
+        """Register a held, full, computed ``block`` under ``digest``.
+
+        Returns ``False`` (nothing changed) when another block already holds the digest
+        or this block is already registered.
+
+        Raises:
+            SlotStateError: the block is not held by anyone.
+        """
+        if self._ref[block] == 0:
+            raise SlotStateError(f"KVPool.register: block {block} is free; register held blocks")
+        if digest in self._by_digest or self._digest[block] is not None:
+            return False
+        self._by_digest[digest] = block
+        self._digest[block] = digest
+        return True
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference to each of ``blocks`` (a sequence's table), last block first.
+
+        Raises:
+            SlotStateError: a block's refcount would go below zero (nothing changed).
+        """
+        ref = self._ref
+        if 0 in map(ref.__getitem__, blocks):
+            raise SlotStateError(
+                "KVPool.release: a block is not held; release exactly the blocks a "
+                "sequence holds (nothing changed)"
+            )
+        cached, unregistered, digest_of = self._cached_free, self._unregistered_free, self._digest
+        for block in reversed(blocks):
+            count = ref[block] - 1
+            ref[block] = count
+            if count == 0:
+                if digest_of[block] is None:
+                    unregistered.append(block)
+                else:
+                    cached[block] = None
+
+    def check(self) -> list[str]:
+        """Internal consistency problems (empty when consistent); O(pool), for tests."""
+        problems = []
+        unregistered = set(self._unregistered_free)
+        if len(unregistered) != len(self._unregistered_free):
+            problems.append("a block is twice in the unregistered free queue")
+        for block in range(self.num_blocks):
+            held = self._ref[block] > 0
+            free = block in self._cached_free or block in unregistered
+            if held == free:
+                problems.append(f"block {block}: refcount {self._ref[block]} but free={free}")
+            if block in self._cached_free and self._digest[block] is None:
+                problems.append(f"block {block}: in the cached queue but not registered")
+            digest = self._digest[block]
+            if digest is not None and self._by_digest.get(digest) != block:
+                problems.append(f"block {block}: registered digest maps elsewhere")
+        for digest, block in self._by_digest.items():
+            if self._digest[block] != digest:
+                problems.append(f"digest of block {block} not recorded on the block")
+        return problems

@@ -1,0 +1,256 @@
+"""Metrics of a run: counters the scheduler bumps, a sampled time series, and totals.
+
+Definitions (tokens are prompt tokens unless said otherwise):
+
+- **prompt tokens**: sum of every admitted request's prompt length, counted once per
+  request (at its first admission).
+- **hit tokens**: the checkpoint hit ``p`` of each request's first admission (0 = miss).
+- **token hit rate** = hit tokens / prompt tokens; **request hit rate** = requests whose
+  first admission hit / requests admitted.
+- **recomputed tokens**: prompt tokens actually prefilled, every chunk counted, so the
+  work redone after a preemption is included (= prompt tokens - hit tokens when nothing
+  is preempted).
+- **FLOPs saved**: ``prefill_flops(p)`` summed over every admission with a hit
+  (resumptions included): the forward FLOPs the hits did not recompute.
+- **checkpoint bytes in use**: bytes of the slots that are reserved or published:
+  the recurrent axis, plus ``(p mod B)`` partial-KV rows for a checkpoint at ``p``.
+- **KV blocks in use**: blocks held by a running request; **cached**: blocks
+  registered for prefix sharing (held or free).
+- **evictions**: ``checkpoint:<reason>`` from the index's ``evictions`` counter
+  (``capacity``, ``invalidate``, ``clear``) and ``kv:lru`` for registered KV blocks
+  reused for new data.
+- **TTFT**: simulated time from a request's arrival to the end of the step that computes
+  its last prompt token (its first output token), seconds; percentiles use linear
+  interpolation between order statistics.
+
+The time series has one row per ``sample_interval_s`` of simulated time (taken at the
+first step end at or after each interval boundary) plus one at the end; its TTFT columns
+are over the requests whose first token came since the previous row.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Columns of the time series, in order.
+SERIES_COLUMNS = (
+    "t_s",
+    "step",
+    "running",
+    "waiting",
+    "finished",
+    "kv_blocks_in_use",
+    "kv_blocks_cached",
+    "checkpoint_slots_in_use",
+    "checkpoint_bytes_in_use",
+    "prompt_tokens",
+    "hit_tokens",
+    "recomputed_tokens",
+    "token_hit_rate",
+    "request_hit_rate",
+    "flops_saved",
+    "evictions_checkpoint",
+    "evictions_kv",
+    "preemptions",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+)
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ascending ``sorted_values``, linearly
+    interpolated; ``nan`` when empty."""
+    if not sorted_values:
+        return math.nan
+    rank = (len(sorted_values) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = rank - low
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+
+
+def _json_float(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+@dataclass
+class Gauges:
+    """Instantaneous state sampled into the time series."""
+
+    running: int
+    waiting: int
+    kv_blocks_in_use: int
+    kv_blocks_cached: int
+    checkpoint_slots_in_use: int
+    checkpoint_bytes_in_use: int
+    evictions_checkpoint: int
+    evictions_kv: int
+
+
+@dataclass
+class Metrics:
+    """Counters (the scheduler increments them directly), series and totals."""
+
+    sample_interval_s: float = 1.0
+    requests_arrived: int = 0
+    requests_admitted: int = 0
+    requests_finished: int = 0
+    requests_rejected: int = 0
+    requests_with_hit: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    resume_hit_tokens: int = 0
+    recomputed_tokens: int = 0
+    decode_tokens: int = 0
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    flops_saved: int = 0
+    prefill_flops: int = 0
+    decode_flops: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    captures_planned: int = 0
+    captures_reserved: int = 0
+    captures_already_cached: int = 0
+    captures_no_slot: int = 0
+    captures_failed: int = 0
+    captures_aborted: int = 0
+    captures_published: int = 0
+    captures_cancelled: int = 0
+    restores: int = 0
+    restore_bytes: int = 0
+    capture_bytes: int = 0
+    compute_busy_s: float = 0.0
+    copy_busy_s: float = 0.0
+    peak_kv_blocks_in_use: int = 0
+    peak_checkpoint_bytes_in_use: int = 0
+    ttft_s: array[float] = field(default_factory=lambda: array("d"))
+    series: dict[str, list[float | int | None]] = field(
+        default_factory=lambda: {column: [] for column in SERIES_COLUMNS}
+    )
+    _next_sample_s: float = 0.0
+    _window_start: int = 0
+
+    def token_hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def request_hit_rate(self) -> float:
+        return self.requests_with_hit / self.requests_admitted if self.requests_admitted else 0.0
+
+    def due(self, now_s: float) -> bool:
+        """Whether a sample is due at ``now_s``."""
+        return now_s >= self._next_sample_s
+
+    def sample(self, now_s: float, step: int, gauges: Gauges) -> None:
+        """Append one row to the series and schedule the next sample."""
+        self.peak_kv_blocks_in_use = max(self.peak_kv_blocks_in_use, gauges.kv_blocks_in_use)
+        self.peak_checkpoint_bytes_in_use = max(
+            self.peak_checkpoint_bytes_in_use, gauges.checkpoint_bytes_in_use
+        )
+        window = sorted(self.ttft_s[self._window_start :])
+        self._window_start = len(self.ttft_s)
+        row: dict[str, float | int | None] = {
+            "t_s": now_s,
+            "step": step,
+            "running": gauges.running,
+            "waiting": gauges.waiting,
+            "finished": self.requests_finished,
+            "kv_blocks_in_use": gauges.kv_blocks_in_use,
+            "kv_blocks_cached": gauges.kv_blocks_cached,
+            "checkpoint_slots_in_use": gauges.checkpoint_slots_in_use,
+            "checkpoint_bytes_in_use": gauges.checkpoint_bytes_in_use,
+            "prompt_tokens": self.prompt_tokens,
+            "hit_tokens": self.hit_tokens,
+            "recomputed_tokens": self.recomputed_tokens,
+            "token_hit_rate": self.token_hit_rate(),
+            "request_hit_rate": self.request_hit_rate(),
+            "flops_saved": self.flops_saved,
+            "evictions_checkpoint": gauges.evictions_checkpoint,
+            "evictions_kv": gauges.evictions_kv,
+            "preemptions": self.preemptions,
+        }
+        for q in PERCENTILES:
+            row[f"ttft_p{q}_s"] = _json_float(percentile(window, q))
+        for column in SERIES_COLUMNS:
+            self.series[column].append(row[column])
+        interval = self.sample_interval_s
+        self._next_sample_s = (math.floor(now_s / interval) + 1) * interval
+
+    def observe_peaks(self, kv_blocks_in_use: int, checkpoint_bytes_in_use: int) -> None:
+        """Track peaks between samples."""
+        if kv_blocks_in_use > self.peak_kv_blocks_in_use:
+            self.peak_kv_blocks_in_use = kv_blocks_in_use
+        if checkpoint_bytes_in_use > self.peak_checkpoint_bytes_in_use:
+            self.peak_checkpoint_bytes_in_use = checkpoint_bytes_in_use
+
+    def ttft_summary(self) -> dict[str, float | None]:
+        """Mean, max and percentiles of every TTFT, seconds (``None`` when no request)."""
+        values = sorted(self.ttft_s)
+        summary: dict[str, float | None] = {
+            f"p{q}_s": _json_float(percentile(values, q)) for q in PERCENTILES
+        }
+        summary["mean_s"] = sum(values) / len(values) if values else None
+        summary["max_s"] = values[-1] if values else None
+        summary["count"] = len(values)
+        return summary
+
+    def totals(
+        self, evictions: Counter[str], final: Gauges, sim_time_s: float
+    ) -> dict[str, object]:
+        """JSON-ready totals of the run."""
+        return {
+            "sim_time_s": sim_time_s,
+            "steps": self.steps,
+            "requests": {
+                "arrived": self.requests_arrived,
+                "admitted": self.requests_admitted,
+                "finished": self.requests_finished,
+                "rejected": self.requests_rejected,
+                "with_hit": self.requests_with_hit,
+            },
+            "token_hit_rate": self.token_hit_rate(),
+            "request_hit_rate": self.request_hit_rate(),
+            "prompt_tokens": self.prompt_tokens,
+            "hit_tokens": self.hit_tokens,
+            "resume_hit_tokens": self.resume_hit_tokens,
+            "recomputed_tokens": self.recomputed_tokens,
+            "decode_tokens": self.decode_tokens,
+            "speculative": {"proposed": self.spec_proposed, "accepted": self.spec_accepted},
+            "flops_saved": self.flops_saved,
+            "prefill_flops": self.prefill_flops,
+            "decode_flops": self.decode_flops,
+            "preemptions": self.preemptions,
+            "captures": {
+                "planned": self.captures_planned,
+                "reserved": self.captures_reserved,
+                "already_cached": self.captures_already_cached,
+                "no_slot": self.captures_no_slot,
+                "failed": self.captures_failed,
+                "aborted": self.captures_aborted,
+                "published": self.captures_published,
+                "cancelled": self.captures_cancelled,
+                "bytes": self.capture_bytes,
+            },
+            "restores": {"count": self.restores, "bytes": self.restore_bytes},
+            "evictions": dict(sorted(evictions.items())),
+            "kv_blocks_in_use": {
+                "final": final.kv_blocks_in_use,
+                "peak": self.peak_kv_blocks_in_use,
+            },
+            "kv_blocks_cached_final": final.kv_blocks_cached,
+            "checkpoint_bytes_in_use": {
+                "final": final.checkpoint_bytes_in_use,
+                "peak": self.peak_checkpoint_bytes_in_use,
+            },
+            "checkpoint_slots_in_use_final": final.checkpoint_slots_in_use,
+            "ttft": self.ttft_summary(),
+            "compute_busy_s": self.compute_busy_s,
+            "copy_busy_s": self.copy_busy_s,
+        }

@@ -1,0 +1,760 @@
+"""The SimPy serving engine: continuous batching, chunked prefill, paged KV, checkpoints.
+
+Processes and resources (SimPy):
+
+- **arrivals**: pulls requests from the workload iterator in arrival order and queues
+  each at its ``arrival_s`` (seconds);
+- **engine**: one step after another while there is work. A step is planned at its start
+  (:meth:`Engine._schedule`), runs on the **compute stream** (a ``simpy.Resource`` of
+  capacity 1) for the cost model's duration, and is completed at its end
+  (:meth:`Engine._complete`);
+- **copy stream** (a ``simpy.Resource`` of capacity 1): one job per step for the restores
+  the step issued (the step's compute waits for it) and one for the captures it wrote,
+  which may complete after the step ends. A capture's reservation is published when its
+  job completes, never earlier.
+
+A step is planned vLLM-style with a token budget (``token_budget`` tokens):
+
+1. **decode first**: every running request that has its prompt computed verifies
+   ``1 + k`` tokens (``k`` speculative tokens, fewer near its last token);
+2. **prefill chunks** of running requests, oldest first: ``min(remaining, budget)``
+   tokens each;
+3. **admissions** from the waiting queue (FIFO; preempted requests go first) while budget,
+   batch slots and KV blocks last. Admission reconciles the hybrid hit
+   (:mod:`sim.engine.hits`): the KV pool's contiguous cached prefix bounds a checkpoint
+   lookup; a hit at ``p`` shares the full blocks of ``[0, p)``, pins the slot and
+   restores it; the prefill starts at ``p``.
+
+A chunk ``[s, e)`` captures the positions the placement policy returns for it (a target
+``s < p <= e`` of a target-set policy; for ``vllm-align`` whatever its own validity rules
+allow). Each position is reserved in the index while planning; the backend writes it in
+the step that computes the chunk; a failed write is aborted.
+
+When a request needs KV blocks and none are free, the **youngest** running request is
+**preempted**: its blocks are freed (they stay cached), its reservations of this step are
+aborted, and it goes back to the head of the queue; it restarts (looking its prompt up
+again) when readmitted. Decode steps with speculative tokens roll back the blocks of
+rejected tokens.
+
+Consecutive decode-only steps (nothing waiting, no arrival before the step would start)
+run inside one SimPy timeout, with exactly the same per-step logic: the results do not
+change, only the number of SimPy events.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from reference.api import AlreadyCached, EntryCost, PrefillChunk, Reservation
+from reference.errors import HyckptError
+from sim.engine.backends.base import Backend, Capture, EngineLayout
+from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
+from sim.engine.config import SimConfig
+from sim.engine.hits import block_digests, reconcile
+from sim.engine.kv_pool import KVPool
+from sim.engine.lockstep import LockstepChecker, ObservedIndex
+from sim.engine.metrics import Gauges, Metrics
+from sim.engine.sequence import Phase, RequestLike, Seq
+
+ProcessGenerator = Generator[simpy.Event, Any, None]
+
+
+@dataclass(eq=False, slots=True)
+class _Chunk:
+    """A prefill chunk ``[start, end)`` planned for a step, with its reservations."""
+
+    start: int
+    end: int
+    reservations: list[Reservation]
+
+
+@dataclass(eq=False)
+class StepPlan:
+    """What one step computes.
+
+    Attributes:
+        step: the step number (1-based).
+        decodes: request → tokens it verifies this step (1 + speculative).
+        prefills: request → its chunk.
+        restores: requests admitted this step with a hit (restore issued after planning).
+        restore_done: triggered when the step's restore job completed.
+    """
+
+    step: int
+    decodes: dict[Seq, int] = field(default_factory=dict)
+    prefills: dict[Seq, _Chunk] = field(default_factory=dict)
+    restores: list[Seq] = field(default_factory=list)
+    restore_done: simpy.Event | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+    @property
+    def decode_only(self) -> bool:
+        return not self.prefills and not self.restores
+
+
+class Engine:
+    """One simulated serving engine over one workload.
+
+    Args:
+        config: the run's configuration.
+        requests: the workload, in arrival order (consumed lazily).
+        backend: data backend; wrapped by the configured fault injectors.
+        progress: called with a number of requests that left the system (finished or
+            rejected), in batches.
+    """
+
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: Iterable[RequestLike],
+        backend: Backend,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.costs = config.costs()
+        self.env = simpy.Environment()
+        self.compute = simpy.Resource(self.env, capacity=1)
+        self.copy = simpy.Resource(self.env, capacity=1)
+        self.metrics = Metrics(sample_interval_s=config.sample_interval_s)
+        self._now = 0.0
+        self.checker = LockstepChecker(clock=self._clock)
+        implementation = backend.implementation
+        self.capacity = config.checkpoint_capacity()
+        inner = implementation.make_index(
+            self.capacity,
+            eviction=config.eviction,
+            hash_unit=config.unit,
+            **config.eviction_params,
+        )
+        self.index = ObservedIndex(inner, self.checker)
+        self.placement = implementation.make_placement(
+            config.placement, **config.placement_arguments()
+        )
+        self.pool = KVPool(config.kv_capacity(), config.block_size)
+        faults = config.faults
+        if faults.capture_failure_rate > 0:
+            backend = FailingCaptures(
+                backend,
+                faults.capture_failure_rate,
+                random.Random(f"hyckpt-sim:{config.seed}:capture-failures"),
+            )
+        if faults.broken_backend:
+            backend = DecliningBackend(backend)
+        self.backend = backend
+        backend.bind(
+            EngineLayout(
+                batch_slots=config.max_num_seqs,
+                kv_blocks=self.pool.num_blocks,
+                block_size=config.block_size,
+                first_slot=self.index.first_slot,
+                checkpoint_slots=self.capacity,
+            ),
+            self.checker,
+        )
+        self._spec_rng = random.Random(f"hyckpt-sim:{config.seed}:speculation")
+        self._fault_rng = random.Random(f"hyckpt-sim:{config.seed}:preemption")
+        self._requests = iter(requests)
+        self._progress = progress
+        self._progress_pending = 0
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self._free_batch = list(range(config.max_num_seqs - 1, -1, -1))
+        self._slot_bytes: dict[int, int] = {}
+        self._checkpoint_bytes = 0
+        self._next_arrival_s = math.inf
+        self._arrivals_done = False
+        self._idle: simpy.Event | None = None
+        self.step = 0
+        self._block = config.block_size
+        self._units_per_block = config.block_size // config.unit
+        self._namespace = config.key_namespace
+        self._paged = self.costs.has_full_attention
+        self._max_tokens = self.pool.num_blocks * config.block_size
+
+    # --- running -----------------------------------------------------------------------
+
+    def _clock(self) -> float:
+        return self._now
+
+    def run(self) -> None:
+        """Run the simulation to the end: every request served or rejected, every copy done."""
+        self.env.process(self._arrivals())
+        self.env.process(self._engine())
+        self.env.run()
+        self._now = self.env.now
+        self._flush_progress(force=True)
+        self.metrics.sample(self._now, self.step, self.gauges())
+        self.checker.finish(self.index.inner)
+
+    def gauges(self) -> Gauges:
+        """Current pool and queue state."""
+        return Gauges(
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_blocks_in_use=self.pool.used_count(),
+            kv_blocks_cached=self.pool.cached_count(),
+            checkpoint_slots_in_use=self.capacity - self.index.free_count(),
+            checkpoint_bytes_in_use=self._checkpoint_bytes,
+            evictions_checkpoint=sum(self.index.evictions.values()),
+            evictions_kv=sum(self.pool.evictions.values()),
+        )
+
+    def evictions(self) -> Counter[str]:
+        """Evictions by reason: ``checkpoint:<reason>`` and ``kv:<reason>``."""
+        counter: Counter[str] = Counter()
+        for reason, count in self.index.evictions.items():
+            counter[f"checkpoint:{reason}"] += count
+        for reason, count in self.pool.evictions.items():
+            counter[f"kv:{reason}"] += count
+        return counter
+
+    # --- processes -----------------------------------------------------------------------
+
+    def _arrivals(self) -> ProcessGenerator:
+        env = self.env
+        for index, request in enumerate(self._requests):
+            arrival = request.arrival_s
+            self._next_arrival_s = arrival
+            if arrival > env.now:
+                yield env.timeout(arrival - env.now)
+            self._arrive(index, request)
+        self._next_arrival_s = math.inf
+        self._arrivals_done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _arrive(self, index: int, request: RequestLike) -> None:
+        seq = Seq(request, index, len(request.prompt), max(1, request.output_tokens))
+        self.metrics.requests_arrived += 1
+        need = seq.prompt_len + seq.output_tokens + self.config.spec_tokens + self._block
+        if seq.prompt_len < 1 or need > self._max_tokens:
+            seq.phase = Phase.DONE
+            self.metrics.requests_rejected += 1
+            self._count_done()
+            return
+        self.waiting.append(seq)
+        self._wake()
+
+    def _engine(self) -> ProcessGenerator:
+        env = self.env
+        fuse = self.config.fuse_decode_steps
+        plan: StepPlan | None = None  # a step planned ahead by the fused loop
+        while True:
+            if plan is None:
+                if not self.running and not self.waiting:
+                    if self._arrivals_done:
+                        return
+                    self._idle = env.event()
+                    yield self._idle
+                    self._idle = None
+                    continue
+                self._now = env.now
+                plan = self._schedule()
+            if plan.empty:
+                if not self.running and self.waiting:
+                    # Cannot happen with a consistent pool; never spin forever.
+                    head = self.waiting.popleft()
+                    head.phase = Phase.DONE
+                    self.metrics.requests_rejected += 1
+                    self._count_done()
+                plan = None
+                continue
+            self._issue_restores(plan)
+            duration = self._duration(plan)
+            with self.compute.request() as turn:
+                yield turn
+                if plan.restore_done is not None:
+                    yield plan.restore_done
+                if fuse and plan.decode_only and not self.waiting:
+                    end = env.now + duration
+                    self._complete(plan, end)
+                    plan = None
+                    while self._can_fuse(end):
+                        end = self._decode_window(end)
+                        if not self._can_fuse(end):
+                            break
+                        self._now = end
+                        following = self._schedule()
+                        if following.empty or not following.decode_only:
+                            plan = following  # a preemption let a request in: run it normally
+                            break
+                        end = end + self._duration(following)
+                        self._complete(following, end)
+                    yield env.timeout(end - env.now)
+                else:
+                    yield env.timeout(duration)
+                    self._complete(plan, env.now)
+                    plan = None
+
+    def _decode_window(self, start_s: float) -> float:
+        """Run decode-only steps from ``start_s`` with aggregate arithmetic; return the end.
+
+        Exactly the steps, block allocations, finishes, metrics and samples the per-step
+        path would produce, at O(1) per step plus O(log n) per block boundary crossed and
+        per request finished, instead of O(running requests) per step. Runs while nothing
+        waits, no arrival comes before the next step would start, and every block the
+        next step needs is free; returns at once (zero steps) with speculative decoding,
+        or while a request's context is shorter than the sliding window. The caller runs
+        the next step through the per-step path in that case.
+        """
+        running = self.running
+        costs, metrics, pool = self.costs, self.metrics, self.pool
+        window = costs.window
+        if self.config.spec_tokens or (
+            costs.swa_key_flops and any(seq.computed + 1 < window for seq in running)
+        ):
+            return start_s
+        block = self._block
+        count = len(running)
+        contexts = sum(seq.computed for seq in running)
+        base = {seq: (seq.computed, seq.generated) for seq in running}
+        # (step, kind, order, seq): kind 0 = needs a block before that step, 1 = finishes
+        # after it; order (the running list's) breaks ties as the per-step path does.
+        events: list[tuple[int, int, int, Seq]] = []
+        for order, seq in enumerate(running):
+            events.append((len(seq.blocks) * block - seq.computed, 0, order, seq))
+            events.append((seq.output_tokens - seq.generated - 1, 1, order, seq))
+        heapq.heapify(events)
+        per_seq_flops = costs.dense_flops + costs.full_key_flops + costs.swa_key_flops * window
+        per_seq_bytes = costs.kv_bytes_per_token + 2 * costs.recurrent_bytes
+        checker = self.checker
+        now, done = start_s, 0
+        while count and now < self._next_arrival_s:
+            crossing = []
+            while events and events[0][0] == done and events[0][1] == 0:
+                crossing.append(heapq.heappop(events))
+            if len(crossing) > pool.free_count():
+                for event in crossing:
+                    heapq.heappush(events, event)
+                break
+            for _, _, order, seq in crossing:
+                blocks = pool.allocate(1)
+                assert blocks is not None
+                seq.blocks.append(blocks[0])
+                heapq.heappush(events, (done + block, 0, order, seq))
+            self.step += 1
+            checker.step = self.step
+            flops = count * per_seq_flops + costs.full_key_flops * contexts
+            duration = costs.step_s(
+                flops, count * per_seq_bytes + costs.kv_bytes_per_token * contexts
+            )
+            metrics.decode_flops += flops
+            metrics.compute_busy_s += duration
+            metrics.steps += 1
+            metrics.decode_tokens += count
+            now = now + duration
+            self._now = now
+            contexts += count
+            done += 1
+            finished = False
+            while events and events[0][0] == done - 1 and events[0][1] == 1:
+                _, _, _, seq = heapq.heappop(events)
+                computed, generated = base.pop(seq)
+                seq.computed, seq.generated = computed + done, generated + done
+                contexts -= seq.computed
+                count -= 1
+                self._finish(seq)
+                finished = True
+            if finished:
+                events = [event for event in events if event[3].phase is not Phase.DONE]
+                heapq.heapify(events)
+                self.running = running = [seq for seq in running if seq.phase is not Phase.DONE]
+            checker.on_step_end()
+            metrics.observe_peaks(pool.used_count(), self._checkpoint_bytes)
+            if metrics.due(now):
+                metrics.sample(now, self.step, self.gauges())
+        for seq, (computed, generated) in base.items():
+            seq.computed, seq.generated = computed + done, generated + done
+        return now
+
+    def _can_fuse(self, at_s: float) -> bool:
+        return (
+            bool(self.running)
+            and not self.waiting
+            and at_s < self._next_arrival_s
+            and all(seq.phase is Phase.DECODE for seq in self.running)
+        )
+
+    def _restore_job(
+        self, slots: list[int], duration: float, done: simpy.Event
+    ) -> ProcessGenerator:
+        with self.copy.request() as turn:
+            yield turn
+            yield self.env.timeout(duration)
+        self.metrics.copy_busy_s += duration
+        for slot in slots:
+            self.checker.on_restore_complete(slot)
+        for slot in slots:
+            self._unpin(slot)
+        done.succeed()
+
+    def _capture_job(self, writes: list[Reservation], duration: float) -> ProcessGenerator:
+        with self.copy.request() as turn:
+            yield turn
+            yield self.env.timeout(duration)
+        self.metrics.copy_busy_s += duration
+        self._now = self.env.now
+        publish = not self.config.faults.publish_on_issue
+        for reservation in writes:
+            self.checker.on_write_complete(reservation)
+            if publish:
+                self._publish(reservation)
+
+    # --- planning ------------------------------------------------------------------------
+
+    def _schedule(self) -> StepPlan:
+        """Plan the next step at the current time (decode, then prefill, then admit)."""
+        self.step += 1
+        self.checker.step = self.step
+        plan = StepPlan(self.step)
+        config = self.config
+        budget = config.token_budget
+        spec = config.spec_tokens
+        for seq in list(self.running):
+            if seq.phase is not Phase.DECODE:
+                continue
+            tokens = 1 + max(0, min(spec, seq.output_tokens - seq.generated - 1))
+            if self._grow(seq, seq.computed + tokens, plan):
+                plan.decodes[seq] = tokens
+                budget -= tokens
+        for seq in list(self.running):
+            if budget <= 0:
+                break
+            if seq.phase is not Phase.PREFILL:
+                continue
+            end = min(seq.prompt_len, seq.computed + budget)
+            if self._grow(seq, end, plan):
+                self._plan_chunk(seq, seq.computed, end, plan)
+                budget -= end - seq.computed
+        while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
+            taken = self._admit(self.waiting[0], budget, plan)
+            if not taken:
+                break
+            budget -= taken
+        rate = config.faults.preempt_mid_prefill_rate
+        if rate and plan.prefills and self._fault_rng.random() < rate:
+            victim = max(plan.prefills, key=lambda s: self.running.index(s))
+            self._preempt(victim, plan)
+        return plan
+
+    def _grow(self, seq: Seq, tokens: int, plan: StepPlan) -> bool:
+        """Give ``seq`` blocks for ``tokens`` tokens, preempting the youngest running
+        requests if needed; ``False`` when ``seq`` itself was preempted."""
+        need = -(-tokens // self._block) - len(seq.blocks)
+        if need <= 0:
+            return True
+        pool = self.pool
+        while not pool.can_allocate(need):
+            victim = self.running[-1]
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        blocks = pool.allocate(need)
+        assert blocks is not None
+        seq.blocks.extend(blocks)
+        return True
+
+    def _admit(self, seq: Seq, budget: int, plan: StepPlan) -> int:
+        """Admit the head of the queue if its first chunk fits; tokens scheduled (0 = not)."""
+        if not self._free_batch or not self.pool.free_count():
+            return 0
+        block, n = self._block, seq.prompt_len
+        request = seq.request
+        if seq.hashed is None:
+            seq.hashed = request.prompt.hashed(self._namespace, self.config.unit)
+            seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
+        self.checker.request_id = request.request_id
+        present = self.pool.match(seq.digests)
+        hit = reconcile(
+            self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
+        )
+        p = hit.tokens if hit is not None else 0
+        shared = p // block
+        end = min(n, p + budget)
+        blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
+        if blocks is None:
+            return 0
+        self.waiting.popleft()
+        seq.batch_slot = self._free_batch.pop()
+        self.running.append(seq)
+        seq.phase = Phase.PREFILL
+        seq.blocks = blocks
+        seq.computed = p
+        seq.generated = 0
+        seq.registered = shared
+        seq.hit_tokens = p
+        seq.admissions += 1
+        metrics = self.metrics
+        if seq.admissions == 1:
+            metrics.requests_admitted += 1
+            metrics.prompt_tokens += n
+            metrics.hit_tokens += p
+            metrics.requests_with_hit += p > 0
+        else:
+            metrics.resume_hit_tokens += p
+        branch = tuple(getattr(request, "branch_points", ()))
+        cached_end = present * block
+        if p < cached_end < n and cached_end not in branch:
+            branch = (*branch, cached_end)
+        seq.branch_points = branch
+        self.backend.start(request.request_id, request.prompt, seq.batch_slot)
+        if hit is not None:
+            seq.hit_slot = hit.slot
+            self.index.pin(hit.slot)
+            plan.restores.append(seq)
+            metrics.flops_saved += self.costs.prefill_flops(p)
+        else:
+            seq.hit_slot = -1
+        self._plan_chunk(seq, p, end, plan)
+        return end - p
+
+    def _plan_chunk(self, seq: Seq, start: int, end: int, plan: StepPlan) -> None:
+        """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it."""
+        request = seq.request
+        chunk = PrefillChunk(
+            start=start,
+            end=end,
+            prompt_len=seq.prompt_len,
+            turn_starts=request.turn_starts,
+            branch_points=seq.branch_points,
+        )
+        reservations: list[Reservation] = []
+        positions = self.placement.positions(chunk)
+        if positions:
+            self.checker.request_id = request.request_id
+            metrics, costs = self.metrics, self.costs
+            assert seq.hashed is not None
+            for position in positions:
+                metrics.captures_planned += 1
+                size = costs.checkpoint_bytes(position)
+                outcome = self.index.reserve(
+                    self._namespace,
+                    seq.hashed,
+                    position,
+                    cost=EntryCost(position, size, float(costs.prefill_flops(position))),
+                )
+                if isinstance(outcome, Reservation):
+                    metrics.captures_reserved += 1
+                    reservations.append(outcome)
+                    self._checkpoint_bytes += size - self._slot_bytes.get(outcome.slot, 0)
+                    self._slot_bytes[outcome.slot] = size
+                elif isinstance(outcome, AlreadyCached):
+                    metrics.captures_already_cached += 1
+                else:
+                    metrics.captures_no_slot += 1
+        plan.prefills[seq] = _Chunk(start, end, reservations)
+
+    def _preempt(self, seq: Seq, plan: StepPlan) -> None:
+        """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
+        self.metrics.preemptions += 1
+        chunk = plan.prefills.pop(seq, None)
+        if chunk is not None and not self.config.faults.skip_abort_on_preempt:
+            self.checker.request_id = seq.request_id
+            for reservation in chunk.reservations:
+                self._abort(reservation)
+        plan.decodes.pop(seq, None)
+        if seq in plan.restores:
+            plan.restores.remove(seq)
+            self._unpin(seq.hit_slot)
+        self.running.remove(seq)
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        self.backend.release(seq.request_id, seq.batch_slot)
+        self._free_batch.append(seq.batch_slot)
+        seq.batch_slot = -1
+        seq.phase = Phase.WAITING
+        seq.computed = seq.generated = seq.registered = seq.hit_tokens = 0
+        seq.hit_slot = -1
+        self.waiting.appendleft(seq)
+
+    def _issue_restores(self, plan: StepPlan) -> None:
+        """Restore every hit admitted this step; the step's compute waits for the job."""
+        if not plan.restores:
+            return
+        slots, total = [], 0
+        for seq in plan.restores:
+            self.checker.request_id = seq.request_id
+            self.checker.on_restore_issued(seq.hit_slot)
+            self.backend.restore(
+                seq.request_id, seq.batch_slot, seq.hit_slot, seq.hit_tokens, seq.blocks
+            )
+            total += self.costs.checkpoint_bytes(seq.hit_tokens)
+            slots.append(seq.hit_slot)
+        self.metrics.restores += len(slots)
+        self.metrics.restore_bytes += total
+        duration = self.costs.copy_s(total, len(slots)) + self.config.faults.copy_delay_s
+        plan.restore_done = self.env.event()
+        self.env.process(self._restore_job(slots, duration, plan.restore_done))
+
+    def _duration(self, plan: StepPlan) -> float:
+        """Modeled duration of the step's forward pass, seconds."""
+        costs, metrics = self.costs, self.metrics
+        flops = moved = 0
+        for chunk in plan.prefills.values():
+            work = costs.chunk_flops(chunk.start, chunk.end)
+            metrics.prefill_flops += work
+            flops += work
+            moved += costs.chunk_bytes(chunk.end)
+        decode = 0
+        for seq, tokens in plan.decodes.items():
+            decode += costs.decode_flops(seq.computed, tokens)
+            moved += costs.decode_bytes(seq.computed, tokens)
+        metrics.decode_flops += decode
+        duration = costs.step_s(flops + decode, moved)
+        metrics.compute_busy_s += duration
+        return duration
+
+    # --- completion ----------------------------------------------------------------------
+
+    def _complete(self, plan: StepPlan, now_s: float) -> None:
+        """The step's forward pass ended at ``now_s``: write, register, advance, finish."""
+        self._now = now_s
+        checker, metrics, backend = self.checker, self.metrics, self.backend
+        checker.step = plan.step
+        metrics.steps += 1
+        faults = self.config.faults
+        writes: list[Reservation] = []
+        capture_bytes = 0
+        for seq, chunk in plan.prefills.items():
+            rid = seq.request_id
+            checker.request_id = rid
+            reservations = chunk.reservations
+            if reservations:
+                captures = [Capture(r.tokens, r.slot) for r in reservations]
+                written = backend.prefill(
+                    rid, seq.batch_slot, chunk.start, chunk.end, seq.blocks, captures
+                )
+                for reservation, ok in zip(reservations, written, strict=True):
+                    if not ok:
+                        metrics.captures_failed += 1
+                    if ok or faults.publish_failed_captures:
+                        writes.append(reservation)
+                        capture_bytes += self.costs.checkpoint_bytes(reservation.tokens)
+                    else:
+                        self._abort(reservation)
+            else:
+                backend.prefill(rid, seq.batch_slot, chunk.start, chunk.end, seq.blocks, ())
+            metrics.recomputed_tokens += chunk.end - chunk.start
+            seq.computed = chunk.end
+            self._register(seq)
+            if seq.computed == seq.prompt_len:
+                for mismatch in backend.prefill_done(rid, seq.batch_slot, seq.blocks):
+                    checker.on_mismatch(seq.hit_slot, mismatch)
+                seq.phase = Phase.DECODE
+                seq.generated = 1
+                metrics.decode_tokens += 1
+                if seq.first_token_s < 0:
+                    seq.first_token_s = now_s
+                    metrics.ttft_s.append(now_s - seq.request.arrival_s)
+                if seq.generated >= seq.output_tokens:
+                    self._finish(seq)
+        if plan.decodes:
+            self._advance_decodes(plan)
+        if writes:
+            if faults.publish_on_issue:
+                for reservation in writes:
+                    self._publish(reservation)
+            metrics.capture_bytes += capture_bytes
+            duration = self.costs.copy_s(capture_bytes, len(writes)) + faults.copy_delay_s
+            self.env.process(self._capture_job(writes, duration))
+        checker.on_step_end()
+        if any(seq.phase is Phase.DONE for seq in self.running):
+            self.running = [seq for seq in self.running if seq.phase is not Phase.DONE]
+        used = self.pool.used_count()
+        metrics.observe_peaks(used, self._checkpoint_bytes)
+        if metrics.due(now_s):
+            metrics.sample(now_s, plan.step, self.gauges())
+
+    def _advance_decodes(self, plan: StepPlan) -> None:
+        """Accept speculative tokens (seeded draws) and roll back the rejected ones."""
+        rng, acceptance = self._spec_rng, self.config.spec_acceptance
+        block, pool, metrics = self._block, self.pool, self.metrics
+        for seq, tokens in plan.decodes.items():
+            proposed = tokens - 1
+            accepted = 0
+            while accepted < proposed and rng.random() < acceptance:
+                accepted += 1
+            metrics.spec_proposed += proposed
+            metrics.spec_accepted += accepted
+            seq.computed += 1 + accepted
+            seq.generated += 1 + accepted
+            metrics.decode_tokens += 1 + accepted
+            keep = -(-seq.computed // block)
+            if len(seq.blocks) > keep:
+                pool.release(seq.blocks[keep:])
+                del seq.blocks[keep:]
+            if seq.generated >= seq.output_tokens:
+                self._finish(seq)
+
+    def _register(self, seq: Seq) -> None:
+        """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
+        full = min(seq.computed, seq.prompt_len) // self._block
+        if full > seq.registered:
+            register, blocks, digests = self.pool.register, seq.blocks, seq.digests
+            for i in range(seq.registered, full):
+                register(blocks[i], digests[i])
+            seq.registered = full
+
+    def _finish(self, seq: Seq) -> None:
+        seq.phase = Phase.DONE
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        self.backend.release(seq.request_id, seq.batch_slot)
+        self._free_batch.append(seq.batch_slot)
+        seq.batch_slot = -1
+        seq.hashed = None
+        seq.digests = ()
+        self.metrics.requests_finished += 1
+        self._count_done()
+
+    def _count_done(self) -> None:
+        self._progress_pending += 1
+        self._flush_progress()
+
+    def _flush_progress(self, force: bool = False) -> None:
+        if self._progress is not None and (self._progress_pending >= 64 or force):
+            if self._progress_pending:
+                self._progress(self._progress_pending)
+            self._progress_pending = 0
+
+    # --- index helpers -------------------------------------------------------------------
+
+    def _publish(self, reservation: Reservation) -> None:
+        if self.index.publish(reservation):
+            self.metrics.captures_published += 1
+        else:
+            self.metrics.captures_cancelled += 1
+            self._release_bytes(reservation.slot)
+
+    def _abort(self, reservation: Reservation) -> None:
+        self.index.abort(reservation)
+        self.metrics.captures_aborted += 1
+        self._release_bytes(reservation.slot)
+
+    def _unpin(self, slot: int) -> None:
+        """Release a restore's pin. An implementation whose index lost the pin (it evicted
+        the slot while pinned) raises here; that is recorded, not fatal."""
+        try:
+            self.index.unpin(slot)
+        except HyckptError as error:
+            self.checker.report(
+                "pinned-evicted", slot, f"unpin of slot {slot} failed: the pin was lost ({error})"
+            )
+
+    def _release_bytes(self, slot: int) -> None:
+        self._checkpoint_bytes -= self._slot_bytes.pop(slot, 0)

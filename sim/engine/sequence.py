@@ -1,0 +1,114 @@
+"""What the engine consumes (a workload's requests) and what it tracks per request.
+
+The engine codes against :class:`RequestLike` / :class:`PromptSource`, which
+:class:`sim.workloads.request.Request` and :class:`sim.workloads.prompt.Prompt` satisfy;
+tests may pass any object of the same shape.
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from reference.hashing import HashedPrompt
+
+
+class PromptSource(Protocol):
+    """A prompt: its length (tokens), its token ids, its chained prefix digests."""
+
+    def __len__(self) -> int: ...
+
+    def tokens(self, vocab: int | None = None) -> array[int]:
+        """Token ids; with ``vocab``, mapped deterministically into ``[0, vocab)``."""
+        ...
+
+    def hashed(self, namespace: str, unit: int) -> HashedPrompt:
+        """The prompt's :class:`~reference.hashing.HashedPrompt` (cached; a session's turn
+        costs work proportional to its new tokens)."""
+        ...
+
+
+class RequestLike(Protocol):
+    """One request of a workload (``branch_points`` is optional on the object)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def arrival_s(self) -> float: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def turn(self) -> int: ...
+
+    @property
+    def prompt(self) -> PromptSource: ...
+
+    @property
+    def output_tokens(self) -> int: ...
+
+    @property
+    def turn_starts(self) -> tuple[int, ...]: ...
+
+    @property
+    def kind(self) -> str: ...
+
+
+class Phase(enum.IntEnum):
+    """Where a request is in the engine."""
+
+    WAITING = 0  # queued (new, or preempted and waiting to resume)
+    PREFILL = 1  # admitted; prompt not fully computed
+    DECODE = 2  # prompt computed; generating
+    DONE = 3  # finished (or rejected)
+
+
+@dataclass(eq=False, slots=True)
+class Seq:
+    """The engine's state of one request. Token counts are tokens.
+
+    Attributes:
+        request: the workload's request.
+        index: arrival order (0-based).
+        prompt_len: prompt tokens ``n``.
+        output_tokens: tokens to generate (at least 1: the prefill produces the first).
+        phase: :class:`Phase`.
+        computed: tokens whose state and KV are computed (prompt, then fed-back output).
+        generated: output tokens produced so far.
+        blocks: block table (KV block ids, in order).
+        registered: leading full prompt blocks registered in the KV pool (or shared).
+        batch_slot: live batch slot, -1 when not admitted.
+        hit_tokens: checkpoint hit of the latest admission (0 = none).
+        hit_slot: snapshot slot of that hit (-1 = none).
+        admissions: times the request was admitted (1 + resumptions).
+        first_token_s: simulated time of the first output token (-1 = not yet).
+        digests: chained digests of the prompt's full blocks.
+        branch_points: the ``branch`` placement hint of the latest admission.
+    """
+
+    request: RequestLike
+    index: int
+    prompt_len: int
+    output_tokens: int
+    phase: Phase = Phase.WAITING
+    computed: int = 0
+    generated: int = 0
+    blocks: list[int] = field(default_factory=list)
+    registered: int = 0
+    batch_slot: int = -1
+    hit_tokens: int = 0
+    hit_slot: int = -1
+    admissions: int = 0
+    first_token_s: float = -1.0
+    hashed: HashedPrompt | None = None
+    digests: Sequence[bytes] = ()
+    branch_points: tuple[int, ...] = ()
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id

@@ -1,0 +1,90 @@
+"""Workloads by name for ``hyckpt simulate`` and ``hyckpt bench sim``.
+
+A thin adapter over the workload registry (:func:`sim.workloads.make_workload`): a
+generator name (or a short alias), a request count and a seed give a lazy stream of at
+most that many requests. Session-based generators (chat, agentic) get as many sessions as
+requests; sessions start lazily, so only those needed are generated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from reference.errors import InvalidConfigError
+from sim.engine.sequence import RequestLike
+
+#: The config field that sets how many sessions or requests each generator makes.
+COUNT_FIELDS: dict[str, str] = {
+    "multi_turn_chat": "num_sessions",
+    "shared_system_prompt": "num_requests",
+    "agentic_loop": "num_sessions",
+    "few_shot_branching": "num_requests",
+    "long_document_qa": "num_requests",
+}
+
+#: Short names accepted on the command line.
+ALIASES: dict[str, str] = {
+    "chat": "multi_turn_chat",
+    "system-prompt": "shared_system_prompt",
+    "agentic": "agentic_loop",
+    "few-shot": "few_shot_branching",
+    "document-qa": "long_document_qa",
+}
+
+#: Every accepted workload name (aliases and generator names).
+WORKLOAD_NAMES: tuple[str, ...] = (*ALIASES, *COUNT_FIELDS)
+
+
+def canonical_name(name: str) -> str:
+    """The generator name of ``name`` (an alias or a generator name).
+
+    Raises:
+        InvalidConfigError: unknown name.
+    """
+    canonical = ALIASES.get(name, name)
+    if canonical not in COUNT_FIELDS:
+        raise InvalidConfigError(f"unknown workload {name!r} (known: {', '.join(WORKLOAD_NAMES)})")
+    return canonical
+
+
+def build_workload(
+    name: str, requests: int, seed: int, **params: Any
+) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
+    """A factory of the request stream of workload ``name`` and its description.
+
+    Args:
+        name: an alias or generator name (:data:`WORKLOAD_NAMES`).
+        requests: most requests to yield (``>= 1``).
+        seed: the workload seed.
+        params: fields of the generator's configuration (``max_context_tokens``, ...).
+
+    Raises:
+        InvalidConfigError: unknown name, bad count, or a bad parameter.
+    """
+    from sim.workloads import make_workload
+
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+        raise InvalidConfigError(f"requests must be an int >= 1, got {requests!r}")
+    canonical = canonical_name(name)
+    workload = make_workload(canonical, seed, **{COUNT_FIELDS[canonical]: requests, **params})
+
+    def stream() -> Iterator[RequestLike]:
+        return itertools.islice(iter(workload), requests)
+
+    config = workload.config
+    fields = (
+        {f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config) if f.init}
+        if dataclasses.is_dataclass(config) and not isinstance(config, type)
+        else {}
+    )
+    description: dict[str, object] = {
+        "name": canonical,
+        "kind": workload.kind,
+        "seed": seed,
+        "requests": requests,
+        "config": fields,
+    }
+    return stream, description

@@ -1,0 +1,83 @@
+"""``hyckpt simulate`` and ``hyckpt bench sim``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+THROUGHPUT = re.compile(r"^shadow sim throughput: (\d+) prompt tokens/s$")
+
+
+def test_simulate_writes_json_and_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "result.json"
+    code = main(
+        [
+            "simulate",
+            "--workload",
+            "chat",
+            "--requests",
+            "40",
+            "--kv-blocks",
+            "2000",
+            "--checkpoint-slots",
+            "8",
+            "--placement",
+            "turns",
+            "--eviction",
+            "fifo",
+            "--seed",
+            "3",
+            "--json",
+            str(path),
+        ]
+    )
+    assert code == 0
+    out, err = capsys.readouterr()
+    assert "lockstep: ok" in out and "token hit rate" in out and "TTFT p50" in out
+    assert "simulate" in err  # the progress bar
+    data = json.loads(path.read_text())
+    assert data["seed"] == 3
+    assert data["config"]["placement"] == "turns" and data["config"]["eviction"] == "fifo"
+    assert data["workload"]["name"] == "multi_turn_chat" and data["workload"]["requests"] == 40
+    assert data["totals"]["requests"]["finished"] == 40
+    assert data["pools"]["kv_blocks"] == 2000 and data["pools"]["checkpoint_slots"] == 8
+
+
+def test_simulate_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--requests", "10", "--quiet", "--workload", "few-shot"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+
+
+def test_simulate_reference_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--workload", "chat", "--requests", "3", "--backend", "reference"]
+    args += ["--block-size", "8", "--token-budget", "64", "--max-num-seqs", "2"]
+    assert main([*args, "--kv-blocks", "1024", "--checkpoint-slots", "2"]) == 0
+    assert "lockstep: ok" in capsys.readouterr().out
+
+
+def test_simulate_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--workload", "nope"]) == 2
+    assert main(["simulate", "--backend", "external", "--requests", "5", "--quiet"]) == 2
+    assert "needs impl" in capsys.readouterr().err
+
+
+def test_bench_sim_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", "--requests", "40", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    last = out.rstrip().splitlines()[-1]
+    match = THROUGHPUT.match(last)
+    assert match and int(match.group(1)) > 0
+    assert "lockstep ok" in out
+
+
+def test_bench_sim_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", "--help"]) == 0
+    assert "--requests" in capsys.readouterr().out

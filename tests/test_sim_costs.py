@@ -1,0 +1,79 @@
+"""The cost model: FLOPs and bytes agree with reference.sizes; durations follow the formulas."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference.errors import InvalidConfigError
+from reference.sizes import (
+    MODELS,
+    flops_per_token,
+    get_model,
+    kv_bytes_per_token,
+    prefill_flops,
+    recurrent_bytes_per_sequence,
+)
+from sim.engine.costs import GPU_PRESETS, CostModel, get_gpu
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@given(tokens=st.integers(0, 40_000), more=st.integers(1, 5000), verify=st.integers(1, 8))
+@settings(max_examples=25)
+def test_flops_equal_reference_sizes(name: str, tokens: int, more: int, verify: int) -> None:
+    model = get_model(name)
+    costs = CostModel(model, get_gpu("h200"))
+    assert costs.prefill_flops(tokens) == prefill_flops(model, tokens)
+    assert costs.chunk_flops(tokens, tokens + more) == prefill_flops(
+        model, tokens + more
+    ) - prefill_flops(model, tokens)
+    assert costs.decode_flops(tokens, verify) == verify * flops_per_token(model, tokens + 1)
+
+
+def test_bytes_and_durations() -> None:
+    model = get_model("nemotron-h-8b")
+    gpu = get_gpu("h200")
+    costs = CostModel(model, gpu, block_size=16, mfu=0.5, mbu=0.8, copy_efficiency=0.8)
+    assert costs.kv_bytes_per_token == kv_bytes_per_token(model)
+    assert costs.recurrent_bytes == recurrent_bytes_per_sequence(model)
+    assert costs.checkpoint_bytes(512) == costs.recurrent_bytes
+    assert costs.checkpoint_bytes(520) == costs.recurrent_bytes + 8 * costs.kv_bytes_per_token
+    flops, moved = 1e15, 2e9
+    expected = (
+        max(
+            flops / (gpu.peak_flops * 0.5),
+            (moved + costs.weight_bytes) / (gpu.hbm_bytes_per_s * 0.8),
+        )
+        + costs.step_overhead_s
+    )
+    assert costs.step_s(flops, moved) == pytest.approx(expected)
+    assert costs.copy_s(10**9, 2) == pytest.approx(
+        2 * costs.copy_launch_s + 2 * 10**9 / (gpu.hbm_bytes_per_s * 0.8)
+    )
+    # A decode-only step of a small batch is bound by reading the weights.
+    assert costs.step_s(costs.decode_flops(1000, 1), costs.decode_bytes(1000, 1)) > (
+        costs.weight_bytes / gpu.hbm_bytes_per_s
+    )
+
+
+def test_presets_and_errors() -> None:
+    assert set(GPU_PRESETS) >= {"h100", "h200", "a100", "b200"}
+    h200 = get_gpu("h200")
+    assert h200.hbm_bytes_per_s == 4.8e12 and h200.memory_bytes == 141 * 10**9
+    assert all(spec.source for spec in GPU_PRESETS.values())
+    with pytest.raises(InvalidConfigError, match="did you mean 'h200'"):
+        get_gpu("h20")
+    with pytest.raises(InvalidConfigError, match="mfu"):
+        CostModel(get_model("nemotron-h-8b"), h200, mfu=0)
+    with pytest.raises(InvalidConfigError, match="step_overhead_s"):
+        CostModel(get_model("nemotron-h-8b"), h200, step_overhead_s=-1)
+
+
+def test_draft_head_prices_the_paired_page_and_boundary_row() -> None:
+    model = get_model("qwen3-next-80b-a3b")
+    plain = CostModel(model, get_gpu("h100"))
+    draft = CostModel(model, get_gpu("h100"), with_draft=True)
+    assert draft.recurrent_bytes > plain.recurrent_bytes
+    assert draft.partial_bytes_per_token > plain.partial_bytes_per_token
+    assert set(draft.describe()) >= {"model", "gpu", "mfu", "recurrent_bytes"}

@@ -1,0 +1,293 @@
+"""The SimPy engine on the shadow backend: correct runs of every workload kind, policy and
+engine feature are lockstep-clean and leave every slot free or published; metrics add up
+on a hand-computable run; the same seed gives the same JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference.api import SlotState
+from reference.sizes import get_model, prefill_flops
+from sim.engine import Faults, SimConfig, run_simulation
+from sim.engine.backends import make_backend
+from sim.engine.metrics import SERIES_COLUMNS, percentile
+from sim.engine.scheduler import Engine
+from sim.engine.sequence import RequestLike
+from sim.engine.sources import WORKLOAD_NAMES, build_workload
+from tests.test_sim_doubles import make_request
+
+#: A small engine: tight enough that pools fill, evict and preempt on 100-request runs.
+SMALL = SimConfig(
+    kv_blocks=3000, checkpoint_slots=24, token_budget=4096, max_num_seqs=32, sample_interval_s=5
+)
+KINDS = (
+    "multi_turn_chat",
+    "shared_system_prompt",
+    "agentic_loop",
+    "few_shot_branching",
+    "long_document_qa",
+)
+
+
+def requests(name: str, count: int, seed: int = 0) -> list[RequestLike]:
+    stream, _ = build_workload(name, count, seed)
+    return list(stream())
+
+
+def run_engine(config: SimConfig, workload: list[RequestLike]) -> Engine:
+    engine = Engine(config, workload, make_backend(config.backend, config.impl))
+    engine.run()
+    return engine
+
+
+def assert_clean(engine: Engine) -> None:
+    """Lockstep-clean; every slot free or published and unpinned; no block held or leaked."""
+    assert engine.checker.ok, engine.checker.summary()["violations"]
+    index = engine.index.inner
+    for slot in range(index.first_slot, index.first_slot + index.capacity):
+        assert index.slot_state(slot) in (SlotState.FREE, SlotState.PUBLISHED)
+        assert index.pins(slot) == 0
+    assert engine.pool.used_count() == 0 and engine.pool.check() == []
+    assert not engine.running and not engine.waiting
+    m = engine.metrics
+    assert m.requests_finished + m.requests_rejected == m.requests_arrived
+    assert m.captures_reserved == m.captures_published + m.captures_aborted + m.captures_cancelled
+
+
+def test_workload_names_cover_every_generator() -> None:
+    assert set(KINDS) <= set(WORKLOAD_NAMES)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_correct_shadow_run_of_each_workload_kind(kind: str) -> None:
+    engine = run_engine(SMALL, requests(kind, 100))
+    assert_clean(engine)
+    m = engine.metrics
+    assert m.requests_finished == 100
+    assert m.captures_published > 0
+    if kind != "shared_system_prompt":  # block-floor never captures a shared system prompt
+        assert m.hit_tokens > 0
+    assert m.recomputed_tokens >= m.prompt_tokens - m.hit_tokens
+
+
+@pytest.mark.parametrize("placement", ["vllm-align", "block-floor", "interval", "turns", "branch"])
+@pytest.mark.parametrize("eviction", ["lru", "fifo", "size-aware", "flop-aware"])
+def test_every_placement_and_eviction_policy_runs_clean(placement: str, eviction: str) -> None:
+    config = dataclasses.replace(
+        SMALL,
+        placement=placement,
+        eviction=eviction,
+        checkpoint_slots=6,
+        placement_params={"every": 512} if placement == "interval" else {},
+    )
+    engine = run_engine(config, requests("multi_turn_chat", 60, seed=3))
+    assert_clean(engine)
+    assert engine.metrics.captures_planned > 0
+
+
+def test_branch_points_seen_at_lookup_become_checkpoints() -> None:
+    config = dataclasses.replace(SMALL, placement="branch")
+    engine = run_engine(config, requests("shared_system_prompt", 80))
+    assert_clean(engine)
+    assert engine.metrics.hit_tokens > 0  # the system prompts were captured at their end
+
+
+def test_preemption_and_resumption() -> None:
+    config = dataclasses.replace(SMALL, kv_blocks=2200, token_budget=2048)
+    engine = run_engine(config, requests("agentic_loop", 80, seed=2))
+    assert_clean(engine)
+    m = engine.metrics
+    assert m.preemptions > 0
+    assert m.requests_finished == 80
+    assert m.recomputed_tokens > m.prompt_tokens - m.hit_tokens  # preempted work is redone
+
+
+def test_speculative_decoding_rolls_back_rejected_tokens() -> None:
+    workload = requests("multi_turn_chat", 60, seed=4)
+    config = dataclasses.replace(SMALL, kv_blocks=20000, spec_tokens=3, spec_acceptance=0.6)
+    engine = run_engine(config, workload)
+    assert_clean(engine)
+    m = engine.metrics
+    assert m.preemptions == 0
+    assert 0 < m.spec_accepted < m.spec_proposed
+    assert m.decode_tokens == sum(max(1, r.output_tokens) for r in workload)
+    plain = run_engine(dataclasses.replace(config, spec_tokens=0), workload)
+    assert plain.metrics.steps > m.steps  # accepted tokens save decode steps
+
+
+def test_requests_that_cannot_fit_are_rejected() -> None:
+    config = dataclasses.replace(SMALL, kv_blocks=8, token_budget=64, max_num_seqs=4)
+    workload = [make_request("a/0", 0.0, range(40), 4), make_request("b/0", 0.1, range(400), 4)]
+    engine = run_engine(config, workload)
+    assert_clean(engine)
+    assert engine.metrics.requests_rejected == 1 and engine.metrics.requests_finished == 1
+
+
+def test_fused_decode_steps_give_the_same_run() -> None:
+    workload = requests("multi_turn_chat", 80, seed=5)
+    fused = run_simulation(SMALL, workload)
+    plain = run_simulation(dataclasses.replace(SMALL, fuse_decode_steps=False), workload)
+    assert fused.ok and plain.ok
+    for key in (
+        "steps",
+        "prompt_tokens",
+        "hit_tokens",
+        "recomputed_tokens",
+        "decode_tokens",
+        "captures",
+        "restores",
+        "evictions",
+        "preemptions",
+    ):
+        assert fused.totals[key] == plain.totals[key], key
+    assert fused.totals["sim_time_s"] == pytest.approx(plain.totals["sim_time_s"], rel=1e-9)
+    assert fused.totals["ttft"]["p90_s"] == pytest.approx(plain.totals["ttft"]["p90_s"], rel=1e-9)
+
+
+def test_fused_decode_steps_give_the_same_run_under_preemption() -> None:
+    """A preemption inside a run of fused decode steps lets a waiting request in: that
+    step must leave the fused loop and run normally (restore issued, pin released)."""
+    workload = requests("agentic_loop", 60, seed=2)
+    config = dataclasses.replace(SMALL, kv_blocks=2200, token_budget=2048)
+    fused = run_engine(config, workload)
+    plain = run_engine(dataclasses.replace(config, fuse_decode_steps=False), workload)
+    assert_clean(fused)
+    assert_clean(plain)
+    assert fused.metrics.preemptions == plain.metrics.preemptions > 0
+    assert fused.metrics.steps == plain.metrics.steps
+    assert fused.metrics.restores == plain.metrics.restores
+    assert fused.env.now == pytest.approx(plain.env.now, rel=1e-9)
+
+
+def test_same_seed_gives_identical_json_and_another_seed_does_not() -> None:
+    def result_json(seed: int) -> str:
+        config = dataclasses.replace(SMALL, seed=seed, spec_tokens=2)
+        stream, description = build_workload("agentic_loop", 60, seed)
+        return run_simulation(config, stream(), workload=description).to_json()
+
+    first = result_json(7)
+    assert first == result_json(7)
+    assert first != result_json(8)
+    data = json.loads(first)
+    assert data["seed"] == 7 and data["config"]["seed"] == 7
+    assert {"python", "simpy", "torch", "hyckpt"} <= set(data["versions"])
+    assert set(data["series"]) == set(SERIES_COLUMNS)
+    lengths = {len(column) for column in data["series"].values()}
+    assert len(lengths) == 1 and lengths.pop() >= 2
+    assert data["lockstep"]["ok"] is True
+
+
+def test_metrics_of_a_hand_computable_run() -> None:
+    """A computes [0, 64) and captures 48 (block-floor); B = A's 64 tokens + 32 new, 10 s
+    later, hits 48 (its KV blocks are cached to 64), restores, computes [48, 96) and
+    captures 80."""
+    config = SimConfig(
+        block_size=16,
+        token_budget=256,
+        max_num_seqs=4,
+        kv_blocks=64,
+        checkpoint_slots=4,
+        sample_interval_s=100.0,
+    )
+    a = make_request("a/0", 0.0, range(64), 1)
+    b = make_request("b/0", 10.0, [*range(64), *range(1000, 1032)], 1)
+    result = run_simulation(config, [a, b])
+    assert result.ok
+    costs = config.costs()
+    model = get_model(config.model)
+    d1 = costs.step_s(costs.chunk_flops(0, 64), costs.chunk_bytes(64))
+    d2 = costs.step_s(costs.chunk_flops(48, 96), costs.chunk_bytes(96))
+    copy = costs.copy_s(costs.recurrent_bytes, 1)
+    t = result.totals
+    assert t["requests"] == {
+        "arrived": 2,
+        "admitted": 2,
+        "finished": 2,
+        "rejected": 0,
+        "with_hit": 1,
+    }
+    assert (t["prompt_tokens"], t["hit_tokens"], t["recomputed_tokens"]) == (160, 48, 112)
+    assert t["token_hit_rate"] == pytest.approx(48 / 160)
+    assert t["request_hit_rate"] == 0.5
+    assert t["flops_saved"] == prefill_flops(model, 48)
+    assert t["prefill_flops"] == prefill_flops(model, 64) + prefill_flops(model, 96) - (
+        prefill_flops(model, 48)
+    )
+    assert t["captures"]["published"] == 2 and t["captures"]["bytes"] == 2 * costs.recurrent_bytes
+    assert t["restores"] == {"count": 1, "bytes": costs.recurrent_bytes}
+    assert t["steps"] == 2 and t["decode_tokens"] == 2
+    assert t["evictions"] == {}
+    assert t["kv_blocks_in_use"]["final"] == 0
+    assert t["kv_blocks_cached_final"] == 6  # A's 4 blocks + B's blocks 4 and 5
+    assert t["checkpoint_slots_in_use_final"] == 2
+    assert t["checkpoint_bytes_in_use"]["final"] == 2 * costs.recurrent_bytes
+    ttfts = sorted([d1, copy + d2])
+    assert t["ttft"]["p50_s"] == pytest.approx(percentile(ttfts, 50))
+    assert t["ttft"]["max_s"] == pytest.approx(ttfts[1])
+    assert t["sim_time_s"] == pytest.approx(10.0 + copy + d2 + copy)
+    assert result.series["t_s"][0] == pytest.approx(d1)
+    assert result.series["hit_tokens"][-1] == 48
+
+
+def test_publication_waits_for_the_capture_copy() -> None:
+    """B arrives after A's step but before A's delayed capture copy completes: no hit.
+    With no delay, the same B hits."""
+    a = make_request("a/0", 0.0, range(64), 1)
+    b = make_request("b/0", 0.5, [*range(64), *range(500, 532)], 1)
+    config = SimConfig(
+        block_size=16, token_budget=256, max_num_seqs=4, kv_blocks=64, checkpoint_slots=4
+    )
+    delayed = run_simulation(dataclasses.replace(config, faults=Faults(copy_delay_s=2.0)), [a, b])
+    prompt = run_simulation(config, [a, b])
+    assert delayed.ok and prompt.ok
+    assert delayed.totals["hit_tokens"] == 0
+    assert prompt.totals["hit_tokens"] == 48
+
+
+def test_percentile_interpolates() -> None:
+    assert math.isnan(percentile([], 50))
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+
+
+@given(data=st.data())
+@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_random_engine_configurations_stay_in_lockstep(data: st.DataObject) -> None:
+    block = data.draw(st.sampled_from([8, 16, 32]), label="block size")
+    max_seqs = data.draw(st.integers(1, 12), label="max running sequences")
+    spec = data.draw(st.integers(0, 3), label="speculative tokens")
+    budget = data.draw(st.integers(max_seqs * (1 + spec), 3000), label="token budget")
+    config = SimConfig(
+        block_size=block,
+        hash_unit=data.draw(st.sampled_from([block, block // 2]), label="hash unit"),
+        max_num_seqs=max_seqs,
+        spec_tokens=spec,
+        token_budget=budget,
+        kv_blocks=data.draw(st.integers(2_000, 60_000), label="KV tokens") // block,
+        checkpoint_slots=data.draw(st.integers(1, 12), label="checkpoint slots"),
+        placement=data.draw(
+            st.sampled_from(["vllm-align", "block-floor", "turns", "branch"]), label="placement"
+        ),
+        eviction=data.draw(
+            st.sampled_from(["lru", "fifo", "size-aware", "flop-aware"]), label="eviction"
+        ),
+        seed=data.draw(st.integers(0, 3), label="seed"),
+    )
+    kind = data.draw(st.sampled_from(KINDS), label="workload")
+    engine = run_engine(config, requests(kind, 25, seed=config.seed))
+    assert_clean(engine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_larger_shadow_runs_stay_clean(kind: str) -> None:
+    config = dataclasses.replace(SMALL, kv_blocks=20000, checkpoint_slots=64, spec_tokens=1)
+    engine = run_engine(config, requests(kind, 10_000, seed=11))
+    assert_clean(engine)
+    assert engine.metrics.requests_finished + engine.metrics.requests_rejected == 10_000
