@@ -81,3 +81,30 @@ def test_bench_sim_last_line(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_sim_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "sim", "--help"]) == 0
     assert "--requests" in capsys.readouterr().out
+
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("trace", "trace_format"),
+    [("session_trace.jsonl", "sessions"), ("mooncake_trace.jsonl", "mooncake")],
+)
+def test_simulate_replays_a_trace(tmp_path: Path, trace: str, trace_format: str) -> None:
+    path = tmp_path / "result.json"
+    argv = ["simulate", "--trace", str(DATA / trace), "--trace-format", trace_format]
+    options = ["--kv-blocks", "4000", "--checkpoint-slots", "16", "--quiet", "--json", str(path)]
+    assert main([*argv, *options]) == 0
+    result = json.loads(path.read_text())
+    assert result["workload"]["name"] == f"{trace_format}-trace"
+    assert result["workload"]["trace"].endswith(trace)
+    lines = (DATA / trace).read_text().splitlines()
+    assert result["totals"]["requests"]["finished"] == sum(1 for line in lines if line.strip())
+
+
+def test_a_bad_trace_line_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    bad = DATA / "bad_session_trace.jsonl"
+    assert main(["simulate", "--trace", str(bad), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"hyckpt: error: {bad}:")
+    assert "turn_id" in error and "Traceback" not in error

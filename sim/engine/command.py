@@ -23,7 +23,7 @@ from sim.engine.config import BACKEND_NAMES, Faults, SimConfig
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
-from sim.engine.sources import WORKLOAD_NAMES, build_workload
+from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 
 GIB = 2**30
 
@@ -33,6 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimConfig()
     parser.add_argument(
         "--workload", default="agentic", choices=WORKLOAD_NAMES, help="workload generator"
+    )
+    parser.add_argument(
+        "--trace", metavar="PATH", help="replay a JSONL trace instead of --workload"
+    )
+    parser.add_argument(
+        "--trace-format",
+        default="sessions",
+        choices=TRACE_FORMATS,
+        help="sessions: session_id/turn_id/ts/input_tokens/output_tokens; "
+        "mooncake: timestamp/input_length/output_length/hash_ids",
     )
     parser.add_argument("--requests", type=int, default=1000, help="requests to simulate")
     parser.add_argument(
@@ -136,7 +146,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``hyckpt simulate``; return the exit code."""
     stream = sys.stdout if out is None else out
     config = config_from_args(args)
-    make_requests, description = build_workload(args.workload, args.requests, args.seed)
+    make_requests, description = (
+        build_trace(args.trace, args.trace_format, args.requests)
+        if args.trace
+        else build_workload(args.workload, args.requests, args.seed)
+    )
     with progress_bar(args.requests, not args.quiet, "simulate") as progress:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
     if args.json:

@@ -88,3 +88,42 @@ def build_workload(
         "config": fields,
     }
     return stream, description
+
+
+#: Trace formats ``hyckpt simulate --trace`` replays (see :mod:`sim.workloads.traces`).
+TRACE_FORMATS: tuple[str, ...] = ("sessions", "mooncake")
+
+
+def build_trace(
+    path: str, trace_format: str, requests: int
+) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
+    """A factory of the first ``requests`` requests replayed from a trace file.
+
+    ``sessions``: JSONL with ``session_id, turn_id, ts, input_tokens, output_tokens``
+    (full history per request); ``mooncake``: JSONL with ``timestamp, input_length,
+    output_length, hash_ids`` (512-token blocks). The file is streamed line by line.
+
+    Raises:
+        InvalidConfigError: unknown format or bad count (bad lines raise
+            :class:`~sim.workloads.traces.TraceFormatError` while replaying).
+    """
+    from sim.workloads import jsonl_trace, mooncake_trace
+
+    if trace_format not in TRACE_FORMATS:
+        raise InvalidConfigError(
+            f"unknown trace format {trace_format!r} (known: {', '.join(TRACE_FORMATS)})"
+        )
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+        raise InvalidConfigError(f"requests must be an int >= 1, got {requests!r}")
+    workload = jsonl_trace(path) if trace_format == "sessions" else mooncake_trace(path)
+
+    def stream() -> Iterator[RequestLike]:
+        return itertools.islice(iter(workload), requests)
+
+    description: dict[str, object] = {
+        "name": f"{trace_format}-trace",
+        "kind": workload.kind,
+        "trace": str(path),
+        "requests": requests,
+    }
+    return stream, description

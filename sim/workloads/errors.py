@@ -33,7 +33,10 @@ class TraceFormatError(InvalidConfigError):
         self.expected = expected
         where = f"{path}:{line}"
         what = "the line" if field is None else f"field {field!r}"
-        super().__init__(f"{where}: {what}: expected {expected}, found {value!r}")
+        self.message = f"{where}: {what}: expected {expected}, found {value!r}"
+        # args are the constructor's arguments so type(e)(*e.args) rebuilds the error, as
+        # SimPy does when it re-raises a process's exception.
+        super().__init__(path, line, field, value, expected)
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.path, self.line, self.field, self.value, self.expected))
+    def __str__(self) -> str:
+        return self.message
