@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One prepared device check for a machine with an NVIDIA GPU (see docs/GPU.md).
+#
+#   bash scripts/gpu-check.sh [OUT_DIR]
+#
+# Uses the machine's own python3 with torch, triton, pytest and hypothesis already
+# installed (as on this workplace's H200 image; nothing is installed here, the project is
+# imported from the checkout). Runs the GPU layer's tests compiled for the device
+# (--device=cuda: the same cross-checks CI runs in Triton's interpreter) and
+# `hyckpt bench gpu --device cuda`, writing logs to OUT_DIR (default $OUT, else
+# ./gpu-check-out). Record the numbers in docs/GPU.md with the device name and command.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${1:-${OUT:-gpu-check-out}}
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+python3 - <<'PY' 2>&1 | tee "$out/versions.txt"
+import torch, triton
+print("torch", torch.__version__, "triton", triton.__version__)
+assert torch.cuda.is_available(), "no CUDA device visible to torch"
+print("device", torch.cuda.get_device_name())
+PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
+status=0
+python3 -m pytest -q -p no:cacheprovider --device=cuda \
+    tests/test_gpu_crosscheck.py tests/test_gpu_stateful.py tests/test_gpu_bench.py \
+    2>&1 | tee "$out/tests.txt" || status=1
+python3 -m sim.cli bench gpu --device cuda --pairs 8 --repeats 50 --warmup 5 \
+    2>&1 | tee "$out/bench-gpu.txt" || status=1
+echo "exit status $status" | tee "$out/summary.txt"
+exit $status
