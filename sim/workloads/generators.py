@@ -191,35 +191,81 @@ def multi_turn_chat(
 
         def session(index: int, start_s: float) -> Iterator[Request]:
             rng = random.Random(sessions_rng.getrandbits(64))
-            session_id = f"{name}/{index}"
-            count = turns.sample(rng)
-            now = start_s
-            user_len, out_len = user.sample(rng), output.sample(rng)
-            prompt = Prompt._make(root, ((ids.next(), user_len),), user_len)
-            starts: tuple[int, ...] = (system_tokens,)
-            previous_out = 0
-            for turn in range(count):
-                if turn:
-                    now += think.sample(rng)
-                    user_len, out_len = user.sample(rng), output.sample(rng)
-                    position = len(prompt) + previous_out
-                    if position + user_len + out_len > limit:
-                        return
-                    own: tuple[Segment, ...] = (
-                        (ids.next(), previous_out),
-                        (ids.next(), user_len),
-                    )
-                    prompt = Prompt._make(prompt, own, previous_out + user_len)
-                    starts = (*starts, position)
-                yield Request(
-                    f"{session_id}/{turn}", now, session_id, turn, prompt, out_len, starts, name
-                )
-                previous_out = out_len
+            return _conversation(
+                _Conversation(name, f"{name}/{index}", root, ids, system_tokens, limit),
+                rng,
+                start_s,
+                steps=turns.sample(rng),
+                first_input=user,
+                next_input=user,
+                output=output,
+                gap=think,
+            )
 
         times = config.arrivals.times(component_rng(seed, name, "arrivals"))
         return _sessions(times, config.num_sessions, session)
 
     return _workload(name, "multi_turn_chat", seed, config, make, space)
+
+
+@dataclass(frozen=True)
+class _Conversation:
+    """What one session of a growing-context workload shares across its turns."""
+
+    kind: str
+    session_id: str
+    root: Prompt | None  # the shared system prompt, or None without one
+    ids: SegmentIds
+    system_tokens: int
+    limit: int  # tokens: the session ends before a turn would pass it
+
+
+def _conversation(
+    session: _Conversation,
+    rng: random.Random,
+    start_s: float,
+    *,
+    steps: int,
+    first_input: IntDist,
+    next_input: IntDist,
+    output: IntDist,
+    gap: TimeDist,
+) -> Iterator[Request]:
+    """Turns of one session whose context grows by the last answer and a new input.
+
+    Turn 0's prompt is the root and ``first_input`` tokens; turn ``k + 1`` appends turn
+    ``k``'s answer (its ``output_tokens``) and ``next_input`` tokens, ``gap`` seconds after
+    turn ``k`` arrived. Ends after ``steps`` turns or before the context would pass
+    ``session.limit`` tokens. Draws, in order: first input, first output, then per turn
+    the gap, the input and the output (the order fixes every seeded stream).
+    """
+    now = start_s
+    in_len, out_len = first_input.sample(rng), output.sample(rng)
+    ids = session.ids
+    prompt = Prompt._make(session.root, ((ids.next(), in_len),), in_len)
+    starts: tuple[int, ...] = (session.system_tokens,)
+    previous_out = 0
+    for turn in range(steps):
+        if turn:
+            now += gap.sample(rng)
+            in_len, out_len = next_input.sample(rng), output.sample(rng)
+            position = len(prompt) + previous_out
+            if position + in_len + out_len > session.limit:
+                return
+            own: tuple[Segment, ...] = ((ids.next(), previous_out), (ids.next(), in_len))
+            prompt = Prompt._make(prompt, own, previous_out + in_len)
+            starts = (*starts, position)
+        yield Request(
+            f"{session.session_id}/{turn}",
+            now,
+            session.session_id,
+            turn,
+            prompt,
+            out_len,
+            starts,
+            session.kind,
+        )
+        previous_out = out_len
 
 
 def _workload(
@@ -392,29 +438,16 @@ def agentic_loop(
 
         def session(index: int, start_s: float) -> Iterator[Request]:
             rng = random.Random(sessions_rng.getrandbits(64))
-            session_id = f"{name}/{index}"
-            now = start_s
-            task_len, out_len = task.sample(rng), action.sample(rng)
-            prompt = Prompt._make(root, ((ids.next(), task_len),), task_len)
-            starts: tuple[int, ...] = (system_tokens,)
-            previous_out = 0
-            for step in range(max_steps):
-                if step:
-                    now += latency.sample(rng)
-                    tool_len, out_len = tool.sample(rng), action.sample(rng)
-                    position = len(prompt) + previous_out
-                    if position + tool_len + out_len > limit:
-                        return
-                    own: tuple[Segment, ...] = (
-                        (ids.next(), previous_out),
-                        (ids.next(), tool_len),
-                    )
-                    prompt = Prompt._make(prompt, own, previous_out + tool_len)
-                    starts = (*starts, position)
-                yield Request(
-                    f"{session_id}/{step}", now, session_id, step, prompt, out_len, starts, name
-                )
-                previous_out = out_len
+            return _conversation(
+                _Conversation(name, f"{name}/{index}", root, ids, system_tokens, limit),
+                rng,
+                start_s,
+                steps=max_steps,
+                first_input=task,
+                next_input=tool,
+                output=action,
+                gap=latency,
+            )
 
         times = config.arrivals.times(component_rng(seed, name, "arrivals"))
         return _sessions(times, config.num_sessions, session)
