@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 POLICY_NAMES = ("vllm-align", "block-floor", "interval", "turns", "branch")
 
 
-# --- the default run -------------------------------------------------------------------
+# --- the demo (before scenarios, the no-argument run; see tests/test_scenarios.py) ------
 
 
-def test_no_arguments_runs_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
+def test_demo_runs_with_the_embedded_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
     out, err = capsys.readouterr()
     for name in POLICY_NAMES:
         assert name in out
@@ -39,11 +39,11 @@ def test_no_arguments_runs_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert err == ""
 
 
-def test_demo_command_equals_the_default(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
-    default_out = capsys.readouterr().out
+def test_demo_command_equals_run_demo_of_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    buffer = io.StringIO()
+    assert run_demo(None, buffer) == 0
     assert main(["demo"]) == 0
-    assert capsys.readouterr().out == default_out
+    assert capsys.readouterr().out == buffer.getvalue()
 
 
 def test_demo_report_shows_chunks_and_steps(capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,7 +116,7 @@ def test_any_hyckpt_error_maps_to_exit_2(
         raise HyckptError("something specific went wrong")
 
     monkeypatch.setattr(demo, "run_demo", fail)
-    assert main([]) == 2
+    assert main(["demo"]) == 2
     assert capsys.readouterr().err == "hyckpt: error: something specific went wrong\n"
 
 
@@ -271,7 +271,7 @@ def test_bench_index_real_module_is_wired(capsys: pytest.CaptureFixture[str]) ->
 
 def test_module_entry_point_runs_the_demo() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "sim.cli"],
+        [sys.executable, "-m", "sim.cli", "demo"],
         cwd=ROOT,
         capture_output=True,
         text=True,

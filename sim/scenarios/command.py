@@ -1,0 +1,169 @@
+"""``hyckpt run``, ``hyckpt check`` and ``hyckpt`` with no arguments.
+
+Exit codes: 0 success; 1 a scenario failed its ``[expect]`` table (``run``, no
+arguments) or a file is invalid (``check``); 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from sim.engine.command import progress_bar, summary_lines
+from sim.engine.result import SimResult
+from sim.scenarios.loader import SCENARIO_DIR, Scenario, load_default_scenario, load_scenario
+from sim.scenarios.runner import (
+    REPORTS_DIR,
+    check_expectations,
+    result_path,
+    run_scenario,
+    write_result,
+)
+from sim.scenarios.schema import MISSING, ScenarioError, suggestion
+
+#: The module whose ``build_report(directory)`` turns results into a report.
+REPORT_MODULE = "sim.report"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hyckpt run``."""
+    parser.add_argument("scenario", help="a scenario file, or the name of one in scenarios/")
+    parser.add_argument("--seed", type=int, help="seed (default: the scenario's scenario.seed)")
+    parser.add_argument("--json", metavar="PATH", help="also write the result JSON to PATH")
+    parser.add_argument(
+        "--out", metavar="DIR", help="results folder (default: reports/<scenario>/results)"
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bar or summary; failures on stderr"
+    )
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hyckpt check``."""
+    parser.add_argument("paths", nargs="*", help="scenario files (default: scenarios/*.toml)")
+
+
+def resolve(name_or_path: str) -> Scenario:
+    """Load a scenario given as a file path, the name of a file in ``scenarios/``, or
+    ``default`` (the embedded default scenario).
+
+    Raises:
+        ScenarioError: no such file or scenario (with a near-miss suggestion), or invalid.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return load_scenario(path)
+    shipped = SCENARIO_DIR / f"{name_or_path}.toml"
+    if shipped.is_file():
+        return load_scenario(shipped)
+    if name_or_path == "default":
+        return load_default_scenario()
+    known = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+    raise ScenarioError(
+        name_or_path,
+        "(file)",
+        MISSING,
+        f"a scenario file or one of {', '.join(known)}{suggestion(name_or_path, known)}",
+    )
+
+
+def _simulate(scenario: Scenario, seed: int, quiet: bool) -> SimResult:
+    with progress_bar(scenario.workload.requests, not quiet, scenario.name) as progress:
+        return run_scenario(scenario, seed=seed, progress=progress)
+
+
+def _verdict(scenario: Scenario, result: SimResult, quiet: bool, out: TextIO) -> list[str]:
+    failures = check_expectations(scenario, result)
+    if not quiet:
+        print("expect: ok" if not failures else "expect: FAILED", file=out)
+    for failure in failures:
+        print(f"  {scenario.name}: {failure}", file=sys.stderr if quiet else out)
+    return failures
+
+
+def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``hyckpt run``: one scenario, one seed; exit 1 when an expectation fails."""
+    stream = sys.stdout if out is None else out
+    scenario = resolve(args.scenario)
+    seed = scenario.seed if args.seed is None else args.seed
+    result = _simulate(scenario, seed, args.quiet)
+    path = write_result(
+        result, result_path(scenario, seed, None if args.out is None else Path(args.out))
+    )
+    if args.json:
+        write_result(result, Path(args.json))
+    if not args.quiet:
+        print(f"scenario {scenario.name}, seed {seed}", file=stream)
+        for line in summary_lines(result):
+            print(line, file=stream)
+        print(f"results: {path}", file=stream)
+    return 1 if _verdict(scenario, result, args.quiet, stream) else 0
+
+
+def check_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``hyckpt check``: validate files; exit 1 when any is invalid."""
+    stream = sys.stdout if out is None else out
+    paths = [Path(p) for p in args.paths] or sorted(SCENARIO_DIR.glob("*.toml"))
+    if not paths:
+        print(f"hyckpt: error: no scenario files in {SCENARIO_DIR}", file=sys.stderr)
+        return 2
+    bad = 0
+    for path in paths:
+        try:
+            load_scenario(path)
+        except ScenarioError as error:
+            bad += 1
+            print(f"{error.file}: error: {error.detail}", file=stream)
+        else:
+            print(f"{path}: ok", file=stream)
+    return 1 if bad else 0
+
+
+def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``hyckpt`` with no arguments: run the embedded default scenario (every seed it
+    lists), write results under ``reports/<name>/results``, build the report if
+    :mod:`sim.report` is installed, and say where everything is."""
+    stream = sys.stdout if out is None else out
+    scenario = load_default_scenario()
+    folder = REPORTS_DIR / scenario.name
+    print(
+        f"hyckpt: running the default scenario {scenario.name!r} ({scenario.description}) "
+        f"for seeds {', '.join(map(str, scenario.seeds))}; `hyckpt demo` shows the "
+        "checkpoint semantics step by step",
+        file=stream,
+    )
+    failed = False
+    for seed in scenario.seeds:
+        result = _simulate(scenario, seed, False)
+        path = write_result(result, result_path(scenario, seed))
+        t = result.totals
+        print(
+            f"seed {seed}: token hit rate {t['token_hit_rate']:.3f}, request hit rate "
+            f"{t['request_hit_rate']:.3f}, lockstep {'ok' if result.ok else 'VIOLATIONS'}; "
+            f"results: {path}",
+            file=stream,
+        )
+        failed |= bool(_verdict(scenario, result, False, stream))
+    _build_report(folder, stream)
+    return 1 if failed else 0
+
+
+def _build_report(folder: Path, out: TextIO) -> None:
+    try:
+        module = importlib.import_module(REPORT_MODULE)
+    except ModuleNotFoundError as error:
+        # The report module (or a library it needs) is not installed: results only.
+        print(f"report: skipped ({error.name} is not available); results in {folder}", file=out)
+        return
+    build = getattr(module, "build_report", None)
+    if not callable(build):
+        print(
+            f"report: skipped ({REPORT_MODULE} has no build_report); results in {folder}", file=out
+        )
+        return
+    built = build(folder)
+    where = built if isinstance(built, str | Path) else folder
+    print(f"report: {where}", file=out)

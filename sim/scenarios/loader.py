@@ -1,0 +1,442 @@
+"""Load and validate scenario files: :func:`load_scenario`, :class:`Scenario`.
+
+Every problem raises :class:`~sim.scenarios.schema.ScenarioError` naming the file, the
+dotted key path (``cache.block_size``), the value found and what was expected; unknown
+keys and tables get a "did you mean" suggestion for near-misses.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from reference.errors import HyckptError
+from reference.eviction import make_eviction
+from reference.placement import make_placement
+from reference.sizes import get_model
+from sim.engine.config import Faults, SimConfig
+from sim.engine.costs import CostModel, get_gpu
+from sim.engine.sequence import RequestLike
+from sim.engine.sources import build_trace, build_workload, canonical_name
+from sim.scenarios.schema import (
+    DEFAULT_EXPECT,
+    EXPECTATIONS,
+    FREE_TABLES,
+    MISSING,
+    SCHEMA,
+    TABLES,
+    ScenarioError,
+    check_expect_value,
+    suggestion,
+)
+
+#: The shipped scenario files (``scenarios/*.toml`` at the repository root).
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+#: The packaged copy of the default scenario (identical to one in :data:`SCENARIO_DIR`).
+DEFAULT_SCENARIO_RESOURCE = "default.toml"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What ``[workload]`` describes: a generator (with parameters) or a trace file.
+
+    Attributes:
+        generator: generator name (:data:`sim.engine.sources.WORKLOAD_NAMES`) or ``None``.
+        requests: requests to simulate.
+        params: fields of the generator's configuration (``workload.params``).
+        trace: path of a JSONL trace (absolute, or relative to the working directory).
+        trace_format: ``sessions`` or ``mooncake``.
+    """
+
+    generator: str | None
+    requests: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+    trace: str | None = None
+    trace_format: str = "sessions"
+
+    def build(self, seed: int) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
+        """A factory of the request stream (seeded with ``seed``) and its description."""
+        if self.trace is not None:
+            return build_trace(self.trace, self.trace_format, self.requests)
+        assert self.generator is not None
+        return build_workload(self.generator, self.requests, seed, **copy.deepcopy(self.params))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One validated scenario file.
+
+    Attributes:
+        name: ``scenario.name``: result file names and ``reports/<name>/``.
+        description: ``scenario.description``.
+        path: the file it was loaded from (``None`` for the embedded default).
+        seed: the default seed of the workload and the engine.
+        seeds: every seed the scenario lists (``scenario.seeds``; ``(seed,)`` if absent).
+        sim_config: the engine configuration (its ``seed`` is :attr:`seed`).
+        workload: the workload spec.
+        expect: ``[expect]`` bounds, with :data:`~sim.scenarios.schema.DEFAULT_EXPECT`.
+        sweep_axes: ``[sweep]``: dotted key path -> values.
+        data: the file's tables as parsed (what :meth:`with_overrides` edits).
+    """
+
+    name: str
+    description: str
+    path: Path | None
+    seed: int
+    seeds: tuple[int, ...]
+    sim_config: SimConfig
+    workload: WorkloadSpec
+    expect: Mapping[str, float]
+    sweep_axes: dict[str, list[object]]
+    data: Mapping[str, Any] = field(repr=False, compare=False)
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> Scenario:
+        """This scenario with values replaced at dotted key paths.
+
+        ``{"eviction.policy": "fifo", "cache.checkpoint_slots": 64}``; values are checked
+        like file values (errors name the key path). ``scenario.seed`` sets the seed.
+        """
+        return self._override(overrides, check_sweep=True)
+
+    def _override(self, overrides: Mapping[str, object], *, check_sweep: bool) -> Scenario:
+        data = copy.deepcopy(dict(self.data))
+        for dotted, value in overrides.items():
+            set_path(data, dotted, value, self._where())
+        return build_scenario(
+            data, self._where(), self.path, base_dir=None, check_sweep=check_sweep
+        )
+
+    def _where(self) -> str:
+        return str(self.path) if self.path is not None else f"<scenario {self.name}>"
+
+
+def set_path(data: dict[str, Any], dotted: str, value: object, where: str) -> None:
+    """Set ``data[a][b]... = value`` for ``dotted = "a.b..."`` (creating tables)."""
+    if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
+        raise ScenarioError(where, str(dotted), value, "a dotted key path like cache.block_size")
+    parts = dotted.split(".")
+    table: dict[str, Any] = data
+    for depth, part in enumerate(parts[:-1]):
+        child = table.get(part)
+        if child is None:
+            child = table[part] = {}
+        if not isinstance(child, dict):
+            path = ".".join(parts[: depth + 1])
+            raise ScenarioError(where, path, child, f"a table to set {dotted} in")
+        table = child
+    table[parts[-1]] = copy.deepcopy(value)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read, validate and return the scenario in ``path``.
+
+    Raises:
+        ScenarioError: unreadable file, bad TOML, or any invalid key or value.
+    """
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as error:
+        expected = f"a readable file ({error.strerror})"
+        raise ScenarioError(str(file), "(file)", MISSING, expected) from None
+    return _parse(raw, str(file), file)
+
+
+def load_default_scenario() -> Scenario:
+    """The embedded default scenario (package data ``sim/scenarios/default.toml``)."""
+    raw = resources.files("sim.scenarios").joinpath(DEFAULT_SCENARIO_RESOURCE).read_bytes()
+    return _parse(raw, "sim/scenarios/default.toml", None)
+
+
+def _parse(raw: bytes, where: str, path: Path | None) -> Scenario:
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ScenarioError(where, "(file)", MISSING, f"valid UTF-8 TOML ({error})") from None
+    base = path.parent if path is not None else None
+    return build_scenario(data, where, path, base_dir=base)
+
+
+def build_scenario(
+    parsed: Mapping[str, Any],
+    where: str,
+    path: Path | None,
+    *,
+    base_dir: Path | None,
+    check_sweep: bool = True,
+) -> Scenario:
+    """Validate parsed tables and build the :class:`Scenario` (``where`` names the source).
+
+    ``base_dir`` resolves a relative ``workload.trace`` (the scenario file's folder).
+    """
+    data: dict[str, Any] = copy.deepcopy(dict(parsed))
+    for name in data:
+        if name not in TABLES:
+            raise ScenarioError(
+                where,
+                name,
+                data[name],
+                f"a known table ({', '.join(TABLES)}){suggestion(name, list(TABLES))}",
+            )
+    tables = {name: _table(data, name, where) for name in SCHEMA}
+    if base_dir is not None and isinstance(data.get("workload"), dict):
+        trace = tables["workload"]["trace"]
+        if isinstance(trace, str) and not Path(trace).is_absolute():
+            data["workload"]["trace"] = tables["workload"]["trace"] = str(base_dir / trace)
+    expect = _expect(data, where)
+    scenario = _assemble(data, tables, expect, where, path)
+    axes = _sweep(data, scenario, where, check_sweep)
+    object.__setattr__(scenario, "sweep_axes", axes)
+    return scenario
+
+
+def _table(data: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    """The keys of table ``name`` with defaults filled in; checks every key."""
+    raw = data.get(name, {})
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, name, raw, "a table")
+    keys = SCHEMA[name]
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        dotted = f"{name}.{key}"
+        if dotted in FREE_TABLES:
+            if not isinstance(value, dict):
+                raise ScenarioError(where, dotted, value, f"a table of {FREE_TABLES[dotted]}")
+            out[key] = value
+            continue
+        spec = keys.get(key)
+        if spec is None:
+            known = [*keys, *(k.split(".")[1] for k in FREE_TABLES if k.startswith(f"{name}."))]
+            raise ScenarioError(
+                where,
+                dotted,
+                value,
+                f"a key of [{name}] ({', '.join(known)}){suggestion(key, known)}",
+            )
+        problem = spec.check(value)
+        if problem is not None:
+            raise ScenarioError(where, dotted, value, problem)
+        out[key] = value
+    for key, spec in keys.items():
+        if key not in out:
+            if spec.default is MISSING:
+                raise ScenarioError(where, f"{name}.{key}", MISSING, f"a value: {spec.doc}")
+            out[key] = spec.default
+    out.setdefault("params", {})
+    return out
+
+
+def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
+    raw = data.get("expect", {})
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "expect", raw, "a table")
+    expect: dict[str, float] = dict(DEFAULT_EXPECT)
+    for key, value in raw.items():
+        if key not in EXPECTATIONS:
+            known = list(EXPECTATIONS)
+            raise ScenarioError(
+                where,
+                f"expect.{key}",
+                value,
+                f"a key of [expect] ({', '.join(known)}){suggestion(key, known)}",
+            )
+        problem = check_expect_value(key, value)
+        if problem is not None:
+            raise ScenarioError(where, f"expect.{key}", value, problem)
+        expect[key] = value
+    return expect
+
+
+def _sweep(
+    data: dict[str, Any], scenario: Scenario, where: str, check: bool
+) -> dict[str, list[object]]:
+    raw = data.get("sweep", {})
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "sweep", raw, "a table of dotted key paths to lists")
+    axes: dict[str, list[object]] = {}
+    for key, values in _flatten(raw).items():
+        dotted = f"sweep.{key}"
+        if key.split(".")[0] in ("sweep", "expect") or key.split(".")[0] not in SCHEMA:
+            tables = list(SCHEMA)
+            raise ScenarioError(
+                where,
+                dotted,
+                values,
+                f"a key path into {', '.join(tables)}{suggestion(key.split('.')[0], tables)}",
+            )
+        if not isinstance(values, list) or not values:
+            raise ScenarioError(where, dotted, values, "a non-empty list of values")
+        for index, value in enumerate(values if check else ()):
+            try:
+                scenario._override({key: value}, check_sweep=False)
+            except ScenarioError as error:
+                raise ScenarioError(where, f"{dotted}[{index}]", value, error.expected) from None
+        axes[key] = list(values)
+    return axes
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": [1]}}`` -> ``{"a.b": [1]}`` (quoted dotted keys stay as they are)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+def _assemble(
+    data: dict[str, Any],
+    tables: dict[str, dict[str, Any]],
+    expect: dict[str, float],
+    where: str,
+    path: Path | None,
+) -> Scenario:
+    meta, model, cache, engine = (
+        tables["scenario"],
+        tables["model"],
+        tables["cache"],
+        tables["engine"],
+    )
+    seeds: list[int] | None = meta["seeds"]
+    seed = meta["seed"] if meta["seed"] is not None else (seeds[0] if seeds else 0)
+    kv_blocks = cache["kv_blocks"]
+    if cache["kv_budget_bytes"] is not None:
+        if kv_blocks is not None:
+            raise ScenarioError(
+                where,
+                "cache.kv_budget_bytes",
+                cache["kv_budget_bytes"],
+                "unset when cache.kv_blocks is set",
+            )
+        costs = CostModel(
+            get_model(model["name"]), get_gpu(model["gpu"]), block_size=cache["block_size"]
+        )
+        page = cache["block_size"] * max(costs.kv_bytes_per_token, 1)
+        kv_blocks = cache["kv_budget_bytes"] // page
+        if kv_blocks < 1:
+            raise ScenarioError(
+                where,
+                "cache.kv_budget_bytes",
+                cache["kv_budget_bytes"],
+                f"at least one KV page ({page} bytes)",
+            )
+    placement, eviction, backend = tables["placement"], tables["eviction"], tables["backend"]
+    faults_table = {k: v for k, v in tables["faults"].items() if k != "params"}
+    unit = cache["hash_unit"] if cache["hash_unit"] is not None else cache["block_size"]
+    if cache["block_size"] % unit:
+        raise ScenarioError(
+            where,
+            "cache.hash_unit",
+            cache["hash_unit"],
+            f"a divisor of cache.block_size ({cache['block_size']})",
+        )
+    budget_needed = engine["max_num_seqs"] * (1 + engine["spec_tokens"])
+    if cache["token_budget"] < budget_needed:
+        raise ScenarioError(
+            where,
+            "cache.token_budget",
+            cache["token_budget"],
+            f">= engine.max_num_seqs * (1 + engine.spec_tokens) = {budget_needed}",
+        )
+    if backend["name"] == "external" and backend["impl"] is None:
+        raise ScenarioError(where, "backend.impl", None, "module:factory for backend 'external'")
+    try:
+        config = SimConfig(
+            model=model["name"],
+            gpu=model["gpu"],
+            block_size=cache["block_size"],
+            hash_unit=cache["hash_unit"],
+            token_budget=cache["token_budget"],
+            max_num_seqs=engine["max_num_seqs"],
+            kv_blocks=kv_blocks,
+            checkpoint_slots=cache["checkpoint_slots"],
+            checkpoint_budget_bytes=cache["checkpoint_budget_bytes"],
+            placement=placement["policy"],
+            placement_params=placement["params"],
+            eviction=eviction["policy"],
+            eviction_params=eviction["params"],
+            spec_tokens=engine["spec_tokens"],
+            spec_acceptance=engine["spec_acceptance"],
+            backend=backend["name"],
+            impl=backend["impl"],
+            seed=seed,
+            sample_interval_s=engine["sample_interval_s"],
+            fuse_decode_steps=engine["fuse_decode_steps"],
+            check_exactness=backend["check_exactness"],
+            mfu=engine["mfu"],
+            mbu=engine["mbu"],
+            copy_efficiency=engine["copy_efficiency"],
+            step_overhead_s=engine["step_overhead_s"],
+            copy_launch_s=engine["copy_launch_s"],
+            faults=Faults(**faults_table),
+        )
+    except HyckptError as error:
+        raise ScenarioError(
+            where, "(engine configuration)", MISSING, f"a valid engine ({error})"
+        ) from None
+    for table, check in (
+        ("placement", lambda: make_placement(config.placement, **config.placement_arguments())),
+        ("eviction", lambda: make_eviction(config.eviction, **config.eviction_params)),
+    ):
+        try:
+            check()
+        except (HyckptError, TypeError) as error:
+            params = tables[table]["params"]
+            raise ScenarioError(
+                where, f"{table}.params", params, f"valid parameters ({error})"
+            ) from None
+    workload = _workload(tables["workload"], seed, where)
+    return Scenario(
+        name=meta["name"],
+        description=meta["description"],
+        path=path,
+        seed=seed,
+        seeds=tuple(seeds) if seeds else (seed,),
+        sim_config=config,
+        workload=workload,
+        expect=expect,
+        sweep_axes={},
+        data=data,
+    )
+
+
+def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
+    generator, trace = table["generator"], table["trace"]
+    if (generator is None) == (trace is None):
+        raise ScenarioError(
+            where,
+            "workload.generator",
+            generator,
+            "exactly one of workload.generator and workload.trace",
+        )
+    if trace is not None:
+        if table["params"]:
+            raise ScenarioError(
+                where, "workload.params", table["params"], "no parameters with a trace"
+            )
+        if not Path(trace).is_file():
+            raise ScenarioError(where, "workload.trace", trace, "an existing trace file")
+        return WorkloadSpec(None, table["requests"], {}, trace, table["trace_format"])
+    spec = WorkloadSpec(canonical_name(generator), table["requests"], dict(table["params"]))
+    try:
+        spec.build(seed)
+    except HyckptError as error:
+        # Name the parameter when it is wrong on its own; else the table (cross-field).
+        for key, value in spec.params.items():
+            try:
+                WorkloadSpec(spec.generator, 1, {key: value}).build(seed)
+            except HyckptError as single:
+                expected = f"a valid parameter ({single})"
+                raise ScenarioError(where, f"workload.params.{key}", value, expected) from None
+        raise ScenarioError(
+            where, "workload.params", table["params"], f"valid parameters ({error})"
+        ) from None
+    return spec

@@ -1,0 +1,306 @@
+"""The scenario-file schema: every table, key, type, default and allowed range.
+
+A scenario file is TOML (read with :mod:`tomllib`). Each table of :data:`SCHEMA` lists
+its keys as :class:`Key` objects; tables named in :data:`FREE_TABLES` (``placement.params``,
+``eviction.params``, ``workload.params``) hold parameters passed on to the policy or
+generator, checked by it. ``[sweep]`` maps dotted key paths to lists of values, and
+``[expect]`` keys are :data:`EXPECTATIONS`. ``docs/SCENARIOS.md`` documents the same schema.
+
+Units are in the key names: ``*_bytes`` bytes, ``*_s`` seconds; counts are tokens unless
+the name says otherwise.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reference.errors import InvalidConfigError
+from reference.eviction import POLICIES as EVICTION_POLICIES
+from reference.placement import POLICIES as PLACEMENT_POLICIES
+from reference.sizes import MODELS
+from sim.engine.config import BACKEND_NAMES
+from sim.engine.costs import GPU_PRESETS
+from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES
+
+
+class ScenarioError(InvalidConfigError):
+    """A scenario file (or an override) is invalid.
+
+    Attributes:
+        file: the scenario file (for an override, the file of the scenario overridden).
+        key: dotted key path, e.g. ``cache.block_size``.
+        value: the value found.
+        expected: what was expected instead.
+    """
+
+    def __init__(self, file: str, key: str, value: object, expected: str) -> None:
+        self.file, self.key, self.value, self.expected = file, key, value, expected
+        found = "nothing" if value is MISSING else repr(value)
+        self.detail = f"{key}: found {found}, expected {expected}"
+        super().__init__(f"{file}: {self.detail}")
+
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, str, object, str]]:
+        # Picklable with its four fields (process-pool sweeps send errors back).
+        return (type(self), (self.file, self.key, self.value, self.expected))
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+#: Marks a key that is absent from the file (a required key's default, a value not found).
+MISSING: Any = _Missing()
+
+
+def suggestion(name: str, known: list[str]) -> str:
+    """``"; did you mean 'x'?"`` for a near-miss of ``name`` among ``known``, else ``""``."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+Check = Callable[[object], str | None]
+"""A value check: ``None`` when the value is fine, else what was expected."""
+
+
+def integer(minimum: int = 0) -> Check:
+    """An int (not a bool) ``>= minimum``."""
+
+    def check(value: object) -> str | None:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        return None if ok else f"an integer >= {minimum}"
+
+    return check
+
+
+def number(low: float = 0.0, high: float = math.inf, *, strict: bool = False) -> Check:
+    """A finite int or float in ``[low, high]`` (``(low, high]`` when ``strict``)."""
+
+    def check(value: object) -> str | None:
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value > low if strict else value >= low)
+            and value <= high
+        )
+        if ok:
+            return None
+        left = "(" if strict else "["
+        return (
+            f"a number in {left}{low}, {high}]"
+            if high != math.inf
+            else (f"a number {'>' if strict else '>='} {low}")
+        )
+
+    return check
+
+
+def boolean(value: object) -> str | None:
+    """``true`` or ``false``."""
+    return None if isinstance(value, bool) else "true or false"
+
+
+def text(value: object) -> str | None:
+    """A non-empty string."""
+    return None if isinstance(value, str) and value else "a non-empty string"
+
+
+def choice(options: list[str] | tuple[str, ...]) -> Check:
+    """One of ``options`` (with a did-you-mean for near-misses)."""
+
+    def check(value: object) -> str | None:
+        if isinstance(value, str) and value in options:
+            return None
+        hint = suggestion(value, list(options)) if isinstance(value, str) else ""
+        return f"one of {', '.join(options)}{hint}"
+
+    return check
+
+
+def seed_list(value: object) -> str | None:
+    """A non-empty list of integers."""
+    ok = (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
+    return None if ok else "a non-empty list of integers"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a table.
+
+    Attributes:
+        check: validates a present value.
+        default: the value when absent (``MISSING`` = required; ``None`` = unset).
+        doc: one line for docs and error messages.
+    """
+
+    check: Check
+    default: object
+    doc: str
+
+
+_SIM_ENGINE: dict[str, Key] = {
+    "max_num_seqs": Key(integer(1), 256, "running sequences at most (batch slots)"),
+    "spec_tokens": Key(integer(0), 0, "speculative (MTP) tokens proposed per decode step"),
+    "spec_acceptance": Key(number(0.0, 1.0), 0.7, "probability each proposed token is accepted"),
+    "sample_interval_s": Key(number(0.0, strict=True), 1.0, "seconds between series samples"),
+    "fuse_decode_steps": Key(boolean, True, "fuse decode-only steps (same results, faster)"),
+    "mfu": Key(number(0.0, 1.0, strict=True), 0.5, "achieved fraction of peak FLOP/s"),
+    "mbu": Key(number(0.0, 1.0, strict=True), 0.8, "achieved fraction of HBM bandwidth"),
+    "copy_efficiency": Key(number(0.0, 1.0, strict=True), 0.8, "copy fraction of HBM bandwidth"),
+    "step_overhead_s": Key(number(0.0), 0.0005, "fixed seconds per step"),
+    "copy_launch_s": Key(number(0.0), 0.000005, "fixed seconds per copy"),
+}
+
+#: Every table and its keys. ``None`` defaults mean "unset" (the engine sizes it).
+SCHEMA: dict[str, dict[str, Key]] = {
+    "scenario": {
+        "name": Key(text, MISSING, "scenario name: result file names and reports/<name>/"),
+        "description": Key(text, "", "one or two sentences on what the scenario models"),
+        "seed": Key(integer(0), None, "the seed of the workload and the engine"),
+        "seeds": Key(seed_list, None, "seeds to run (sweeps, reports); the first is `seed`"),
+    },
+    "model": {
+        "name": Key(choice(list(MODELS)), "nemotron-h-8b", "model preset (reference/sizes.py)"),
+        "gpu": Key(choice(list(GPU_PRESETS)), "h200", "GPU preset (sim/engine/costs.py)"),
+    },
+    "cache": {
+        "block_size": Key(integer(1), 16, "tokens per KV page B"),
+        "hash_unit": Key(integer(1), None, "prefix-hash unit h in tokens (divides B; unset = B)"),
+        "token_budget": Key(integer(1), 8192, "tokens scheduled per engine step"),
+        "kv_blocks": Key(integer(1), None, "KV pages (unset: kv_budget_bytes or GPU memory)"),
+        "kv_budget_bytes": Key(integer(1), None, "KV-axis byte budget (pages = bytes / page)"),
+        "checkpoint_slots": Key(integer(1), None, "snapshot slots (unset: the byte budget)"),
+        "checkpoint_budget_bytes": Key(
+            integer(1), 16 * 2**30, "checkpoint-pool bytes (recurrent + partial-KV axes)"
+        ),
+    },
+    "engine": _SIM_ENGINE,
+    "placement": {
+        "policy": Key(choice(list(PLACEMENT_POLICIES)), "block-floor", "placement policy"),
+    },
+    "eviction": {
+        "policy": Key(choice(list(EVICTION_POLICIES)), "lru", "eviction policy of the index"),
+    },
+    "workload": {
+        "generator": Key(choice(list(WORKLOAD_NAMES)), None, "workload generator"),
+        "trace": Key(text, None, "JSONL trace path (relative to the scenario file)"),
+        "trace_format": Key(choice(list(TRACE_FORMATS)), "sessions", "trace format"),
+        "requests": Key(integer(1), MISSING, "requests to simulate"),
+    },
+    "backend": {
+        "name": Key(choice(list(BACKEND_NAMES)), "shadow", "data backend"),
+        "impl": Key(text, None, "module:factory of the implementation"),
+        "check_exactness": Key(boolean, True, "real tensors: compare restores bitwise"),
+    },
+    "faults": {
+        "capture_failure_rate": Key(number(0.0, 1.0), 0.0, "probability a capture fails"),
+        "preempt_mid_prefill_rate": Key(number(0.0, 1.0), 0.0, "per-step preemption chance"),
+        "copy_delay_s": Key(number(0.0), 0.0, "extra seconds per copy job"),
+        "broken_backend": Key(boolean, False, "declines inside-chunk captures (a violation)"),
+        "publish_failed_captures": Key(boolean, False, "engine mistake: publish failures"),
+        "skip_abort_on_preempt": Key(boolean, False, "engine mistake: no abort on preempt"),
+        "publish_on_issue": Key(boolean, False, "engine mistake: publish before the copy"),
+    },
+}
+
+#: Tables of free-form parameters, checked by the policy or generator they go to.
+FREE_TABLES: dict[str, str] = {
+    "placement.params": "keyword arguments of the placement policy",
+    "eviction.params": "keyword arguments of the eviction policy",
+    "workload.params": "fields of the generator's configuration (docs/WORKLOADS.md)",
+}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One ``[expect]`` key: a bound on a number read from the result.
+
+    Attributes:
+        what: the quantity, for messages.
+        read: reads it from ``(totals, lockstep)`` of a result.
+        upper: the key is an upper bound (``max_*``), else a lower bound.
+        integral: the bound is an integer (counts).
+    """
+
+    what: str
+    read: Callable[[Mapping[str, Any], Mapping[str, Any]], float]
+    upper: bool
+    integral: bool
+
+
+def _violations(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float:
+    counts = lockstep.get("counts", {})
+    return float(sum(counts.values())) if isinstance(counts, Mapping) else 0.0
+
+
+def _evictions(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float:
+    return float(sum(totals["evictions"].values()))
+
+
+def _checkpoint_evictions(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float:
+    return float(sum(v for k, v in totals["evictions"].items() if k.startswith("checkpoint")))
+
+
+def _ttft_p99(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float:
+    value = totals["ttft"]["p99_s"]
+    return float(value) if isinstance(value, int | float) else math.inf
+
+
+#: Every ``[expect]`` key.
+EXPECTATIONS: dict[str, Expectation] = {
+    "min_token_hit_rate": Expectation(
+        "token hit rate", lambda t, _: float(t["token_hit_rate"]), False, False
+    ),
+    "max_token_hit_rate": Expectation(
+        "token hit rate", lambda t, _: float(t["token_hit_rate"]), True, False
+    ),
+    "min_request_hit_rate": Expectation(
+        "request hit rate", lambda t, _: float(t["request_hit_rate"]), False, False
+    ),
+    "max_request_hit_rate": Expectation(
+        "request hit rate", lambda t, _: float(t["request_hit_rate"]), True, False
+    ),
+    "max_lockstep_violations": Expectation("lockstep violations", _violations, True, True),
+    "min_lockstep_violations": Expectation("lockstep violations", _violations, False, True),
+    "min_restores": Expectation(
+        "restores", lambda t, _: float(t["restores"]["count"]), False, True
+    ),
+    "min_captures_published": Expectation(
+        "published captures", lambda t, _: float(t["captures"]["published"]), False, True
+    ),
+    "min_evictions": Expectation("evictions (all reasons)", _evictions, False, True),
+    "min_checkpoint_evictions": Expectation(
+        "checkpoint evictions", _checkpoint_evictions, False, True
+    ),
+    "max_rejected": Expectation(
+        "rejected requests", lambda t, _: float(t["requests"]["rejected"]), True, True
+    ),
+    "max_preemptions": Expectation("preemptions", lambda t, _: float(t["preemptions"]), True, True),
+    "min_spec_accepted": Expectation(
+        "accepted speculative tokens", lambda t, _: float(t["speculative"]["accepted"]), False, True
+    ),
+    "max_ttft_p99_s": Expectation("TTFT p99 (s)", _ttft_p99, True, False),
+}
+
+#: What a scenario expects when its ``[expect]`` table does not say otherwise.
+DEFAULT_EXPECT: dict[str, float] = {"max_lockstep_violations": 0}
+
+#: Top-level tables in file order (also the order of docs/SCENARIOS.md).
+TABLES: tuple[str, ...] = (*SCHEMA, "expect", "sweep")
+
+
+def check_expect_value(name: str, value: object) -> str | None:
+    """What an ``[expect]`` value should be, or ``None`` when it is fine."""
+    spec = EXPECTATIONS[name]
+    if spec.integral:
+        return integer(0)(value)
+    return number(0.0)(value)

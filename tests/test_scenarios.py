@@ -1,0 +1,379 @@
+"""Scenario files: schema errors, overrides, the shipped set, ``hyckpt run``/``check``,
+the no-argument run and the golden numbers of every shipped scenario."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.scenarios import (
+    SCENARIO_DIR,
+    Scenario,
+    ScenarioError,
+    check_expectations,
+    load_default_scenario,
+    load_scenario,
+    run_scenario,
+    scenario_paths,
+)
+from sim.scenarios.golden import REGENERATE, check_golden
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGED_DEFAULT = ROOT / "sim" / "scenarios" / "default.toml"
+
+#: A small, fast scenario (a fraction of a second).
+TINY = """\
+[scenario]
+name = "tiny"
+seed = 3
+
+[cache]
+block_size = 16
+token_budget = 1024
+checkpoint_slots = 16
+
+[engine]
+max_num_seqs = 16
+
+[placement]
+policy = "turns"
+
+[workload]
+generator = "chat"
+requests = 20
+
+[workload.params]
+arrivals = { kind = "poisson", rate_per_s = 2.0 }
+think_time = { mean_s = 2.0 }
+
+[expect]
+max_lockstep_violations = 0
+
+[sweep]
+"eviction.policy" = ["lru", "fifo"]
+"cache.checkpoint_slots" = [4, 16]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "scenario.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_error(tmp_path: Path, text: str) -> ScenarioError:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(path) in str(info.value)
+    assert info.value.file == str(path)
+    return info.value
+
+
+# --- loading and errors ----------------------------------------------------------------
+
+
+def test_tiny_scenario_loads(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, TINY))
+    assert isinstance(scenario, Scenario)
+    assert (scenario.name, scenario.seed, scenario.seeds) == ("tiny", 3, (3,))
+    assert scenario.sim_config.placement == "turns"
+    assert scenario.sim_config.checkpoint_slots == 16
+    assert scenario.sim_config.seed == 3
+    assert scenario.workload.generator == "multi_turn_chat"
+    assert scenario.sweep_axes == {
+        "eviction.policy": ["lru", "fifo"],
+        "cache.checkpoint_slots": [4, 16],
+    }
+    assert scenario.expect == {"max_lockstep_violations": 0}
+
+
+def test_typo_key_suggests_the_right_one(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace("block_size = 16", "blok_size = 16"))
+    assert error.key == "cache.blok_size"
+    assert error.value == 16
+    assert "did you mean 'block_size'?" in str(error)
+
+
+def test_typo_table_suggests_the_right_one(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace("[engine]", "[engin]"))
+    assert error.key == "engin"
+    assert "did you mean 'engine'?" in str(error)
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace("block_size = 16", 'block_size = "16"'))
+    assert error.key == "cache.block_size"
+    assert error.value == "16"
+    assert "found '16', expected an integer >= 1" in str(error)
+
+
+def test_out_of_range_value(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace("checkpoint_slots = 16", "checkpoint_slots = 0"))
+    assert error.key == "cache.checkpoint_slots"
+    assert "found 0, expected an integer >= 1" in str(error)
+
+
+def test_unknown_policy_name(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace('policy = "turns"', 'policy = "turnz"'))
+    assert error.key == "placement.policy"
+    assert error.value == "turnz"
+    assert "did you mean 'turns'?" in str(error)
+
+
+def test_unknown_model(tmp_path: Path) -> None:
+    text = TINY.replace("[cache]", '[model]\nname = "nemotron-h-9b"\n\n[cache]')
+    error = load_error(tmp_path, text)
+    assert error.key == "model.name"
+    assert "did you mean 'nemotron-h-8b'?" in str(error)
+
+
+def test_cross_field_and_nested_errors(tmp_path: Path) -> None:
+    error = load_error(tmp_path, TINY.replace("block_size = 16", "block_size = 16\nhash_unit = 5"))
+    assert error.key == "cache.hash_unit"
+    error = load_error(tmp_path, TINY.replace("think_time =", "thinktime ="))
+    assert error.key == "workload.params.thinktime"
+    assert "did you mean 'think_time'?" in str(error)
+    error = load_error(tmp_path, TINY.replace("rate_per_s = 2.0", "rate_per_s = -2.0"))
+    assert error.key == "workload.params.arrivals"
+    error = load_error(tmp_path, TINY.replace('["lru", "fifo"]', '["lru", "nope"]'))
+    assert error.key == "sweep.eviction.policy[1]"
+    assert error.value == "nope"
+    error = load_error(tmp_path, TINY.replace("max_lockstep_violations", "max_lockstep_violation"))
+    assert "did you mean 'max_lockstep_violations'?" in str(error)
+    error = load_error(tmp_path, TINY.replace('name = "tiny"\n', ""))
+    assert error.key == "scenario.name"
+    error = load_error(tmp_path, "[scenario\n")
+    assert "TOML" in str(error)
+
+
+def test_with_overrides(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, TINY))
+    changed = scenario.with_overrides(
+        {"eviction.policy": "fifo", "cache.checkpoint_slots": 4, "scenario.seed": 9}
+    )
+    assert changed.sim_config.eviction == "fifo"
+    assert changed.sim_config.checkpoint_slots == 4
+    assert changed.seed == changed.sim_config.seed == 9
+    assert scenario.sim_config.eviction == "lru"  # the original is unchanged
+    assert changed.with_overrides({"placement.params.margin": 4}).sim_config.placement_params == {
+        "margin": 4
+    }
+    with pytest.raises(ScenarioError) as info:
+        scenario.with_overrides({"cache.block_size": -1})
+    assert info.value.key == "cache.block_size" and info.value.value == -1
+    with pytest.raises(ScenarioError) as info:
+        scenario.with_overrides({"eviction.polcy": "fifo"})
+    assert "did you mean 'policy'?" in str(info.value)
+
+
+def test_run_and_expectations(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, TINY))
+    result = run_scenario(scenario)
+    assert result.ok and result.seed == 3
+    assert result.workload["scenario"] == "tiny"
+    assert check_expectations(scenario, result) == []
+    strict = scenario.with_overrides({"expect.min_token_hit_rate": 1.0})
+    (failure,) = check_expectations(strict, result)
+    assert failure.startswith("min_token_hit_rate: token hit rate is ")
+    assert run_scenario(scenario, seed=4).seed == 4
+
+
+# --- the shipped scenarios -------------------------------------------------------------
+
+
+def test_at_least_eight_scenarios_ship() -> None:
+    names = {load_scenario(path).name for path in scenario_paths()}
+    assert len(names) >= 8
+    assert {p.stem for p in scenario_paths()} == names  # file name = scenario name
+
+
+def test_default_scenario_is_a_shipped_one() -> None:
+    default = load_default_scenario()
+    shipped = SCENARIO_DIR / f"{default.name}.toml"
+    assert shipped.read_bytes() == PACKAGED_DEFAULT.read_bytes()
+
+
+def test_check_every_shipped_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": ok") == len(scenario_paths())
+
+
+def test_check_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write(tmp_path, TINY, "good.toml")
+    bad = write(tmp_path, TINY.replace("block_size", "blok_size"), "bad.toml")
+    assert main(["check", str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{good}: ok" in out
+    assert f"{bad}: error: cache.blok_size: found 16" in out
+    assert "did you mean 'block_size'?" in out
+
+
+@pytest.mark.parametrize("path", scenario_paths(), ids=lambda p: p.stem)
+def test_golden(path: Path) -> None:
+    differences = check_golden(load_scenario(path))
+    assert not differences, (
+        f"{path.stem} no longer reproduces tests/golden/{path.stem}.json:\n  "
+        + "\n  ".join(differences)
+        + f"\nIf the semantic change is intended, run `{REGENERATE} {path.stem}` "
+        "and commit the new golden file."
+    )
+
+
+# --- hyckpt run and hyckpt with no arguments -------------------------------------------
+
+
+def test_run_writes_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, TINY)
+    assert main(["run", str(path), "--seed", "5"]) == 0
+    out = capsys.readouterr().out
+    result_file = tmp_path / "reports" / "tiny" / "results" / "tiny-seed5.json"
+    assert json.loads(result_file.read_text())["seed"] == 5
+    assert "expect: ok" in out and "lockstep: ok" in out
+    assert main(["run", str(path), "--quiet", "--out", "o", "--json", "r.json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert (tmp_path / "o" / "tiny-seed3.json").read_text() == (tmp_path / "r.json").read_text()
+
+
+def test_run_failing_expectation_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, TINY.replace("[expect]", "[expect]\nmin_token_hit_rate = 0.999"))
+    assert main(["run", str(path), "--quiet"]) == 1
+    assert "min_token_hit_rate" in capsys.readouterr().err
+    assert main(["run", str(path)]) == 1
+    assert "expect: FAILED" in capsys.readouterr().out
+
+
+def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "agentic-codin"]) == 2
+    assert "did you mean 'agentic-coding'?" in capsys.readouterr().err
+    bad = write(tmp_path, TINY.replace("block_size = 16", "block_size = 0"))
+    assert main(["run", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hyckpt: error: ") and "cache.block_size" in err
+    assert main(["run"]) == 2
+
+
+def test_run_by_name_uses_the_shipped_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "long-document-qa", "--quiet"]) == 0
+    assert (tmp_path / "reports/long-document-qa/results/long-document-qa-seed1.json").is_file()
+    assert main(["run", "default", "--quiet", "--out", "d"]) == 0
+    assert (tmp_path / "d" / f"{load_default_scenario().name}-seed1.json").is_file()
+
+
+def _small_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Scenario:
+    """Make the no-argument run fast: the default scenario, one seed, few requests."""
+    from sim.scenarios import command
+
+    small = load_default_scenario().with_overrides(
+        {"workload.requests": 30, "scenario.seeds": [1], "expect": {}}
+    )
+    monkeypatch.setattr(command, "load_default_scenario", lambda: small)
+    monkeypatch.chdir(tmp_path)
+    return small
+
+
+def test_no_arguments_runs_the_default_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = _small_default(monkeypatch, tmp_path)
+    calls: list[Path] = []
+    report = types.ModuleType("sim.report")
+    report.build_report = lambda directory: calls.append(directory) or directory / "summary.md"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sim.report", report)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    folder = Path("reports") / small.name
+    assert calls == [folder]
+    assert (tmp_path / folder / "results" / f"{small.name}-seed1.json").is_file()
+    assert f"report: {folder / 'summary.md'}" in out
+
+
+def test_no_arguments_without_the_report_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = _small_default(monkeypatch, tmp_path)
+    monkeypatch.setitem(sys.modules, "sim.report", None)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "report: skipped" in out
+    assert f"reports/{small.name}" in out
+
+
+def test_default_scenario_is_package_data() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"sim.scenarios" = ["*.toml"]' in text
+
+
+def test_docs_describe_every_key() -> None:
+    from sim.scenarios.schema import EXPECTATIONS, SCHEMA
+
+    text = (ROOT / "docs" / "SCENARIOS.md").read_text(encoding="utf-8")
+    for table, keys in SCHEMA.items():
+        assert f"### `[{table}]" in text, table
+        for key in keys:
+            assert f"| `{key}` |" in text, f"{table}.{key}"
+    for key in EXPECTATIONS:
+        assert f"`{key}`" in text, key
+    for path in scenario_paths():
+        assert f"`{path.name}`" in text, path.name
+
+
+def test_golden_compare_tolerances() -> None:
+    from sim.scenarios.golden import compare
+
+    assert compare({"a": 1, "b": 0.5}, {"a": 1, "b": 0.5 * (1 + 1e-14)}) == []
+    assert compare({"a": 1}, {"a": 2}) == ["a: expected 1, got 2"]
+    assert compare({"b": 0.5}, {"b": 0.5001}) != []
+    assert compare({"c": {"x": 1}}, {"c": {}}) == ["c.x: expected 1, missing now"]
+
+
+def test_kv_budget_bytes_and_trace_workloads(tmp_path: Path) -> None:
+    text = TINY.replace("block_size = 16", "block_size = 16\nkv_budget_bytes = 1073741824")
+    scenario = load_scenario(write(tmp_path, text))
+    kv_per_token = scenario.sim_config.costs().kv_bytes_per_token
+    assert scenario.sim_config.kv_blocks == 2**30 // (16 * kv_per_token)
+    error = load_error(
+        tmp_path,
+        text.replace("[engine]", "[engine]").replace(
+            "checkpoint_slots = 16", "checkpoint_slots = 16\nkv_blocks = 8"
+        ),
+    )
+    assert error.key == "cache.kv_budget_bytes"
+    (tmp_path / "traces").mkdir()
+    trace = tmp_path / "traces" / "t.jsonl"
+    trace.write_text((ROOT / "tests" / "data" / "session_trace.jsonl").read_text())
+    start = TINY.index("[workload]")
+    end = TINY.index("[expect]")
+    traced = TINY[:start] + '[workload]\ntrace = "traces/t.jsonl"\nrequests = 5\n\n' + TINY[end:]
+    scenario = load_scenario(write(tmp_path, traced))
+    assert scenario.workload.trace == str(trace)
+    assert run_scenario(scenario).totals["requests"]["finished"] == 5
+    error = load_error(tmp_path, traced.replace("traces/t.jsonl", "traces/missing.jsonl"))
+    assert error.key == "workload.trace"
+
+
+def test_scenario_error_pickles() -> None:
+    import pickle
+
+    error = ScenarioError("f.toml", "cache.block_size", 0, "an integer >= 1")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.file, copy.key, copy.value, copy.expected, str(copy)) == (
+        "f.toml",
+        "cache.block_size",
+        0,
+        "an integer >= 1",
+        str(error),
+    )
