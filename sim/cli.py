@@ -2,13 +2,18 @@
 
 ::
 
-    hyckpt                      run the demo with the embedded configuration
+    hyckpt                      run the default scenario, write results (and a report)
     hyckpt demo [--config FILE] run the demo (FILE shaped like sim/default.toml)
+    hyckpt run SCENARIO [...]   run one scenario file (sim.scenarios.command)
+    hyckpt check [FILE ...]     validate scenario files (default: scenarios/*.toml)
     hyckpt bench index [...]    index micro-benchmark (sim.bench.index_bench)
     hyckpt bench gpu [...]      GPU-layer copy bandwidth (sim.bench.gpu_bench)
     hyckpt sizes [...]          checkpoint sizes of real hybrid models (sim.sizes_cmd)
     hyckpt simulate [...]       serving-engine simulation (sim.engine.command)
     hyckpt bench sim [...]      shadow simulation throughput (sim.bench.sim_bench)
+    hyckpt sweep SCENARIO [...] sweep axes x seeds, save results, build report (sim.sweep)
+    hyckpt report DIR           rebuild figures and summary.md from DIR/results (sim.report)
+    hyckpt crosscheck SCENARIO  reference vs gpu backend, captures bitwise (sim.crosscheck)
     hyckpt --version
 
 Exit codes: 0 success, 1 a check failed (e.g. the demo did not reproduce its expected
@@ -50,6 +55,24 @@ def _run_demo(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return run_demo(config, sys.stdout)
 
 
+def _run_default(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim.scenarios import command
+
+    return command.default_main(args)
+
+
+def _run_scenario(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim.scenarios import command
+
+    return command.run_main(args)
+
+
+def _run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim.scenarios import command
+
+    return command.check_main(args)
+
+
 def _run_sizes(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return sizes_cmd.run(args)
 
@@ -58,6 +81,28 @@ def _run_simulate(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from sim.engine import command
 
     return command.main(args)
+
+
+def _run_sweep(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim import sweep
+
+    return sweep.main(args)
+
+
+def _run_report(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from pathlib import Path
+
+    from sim.report import build_report
+
+    summary = build_report(Path(args.directory))
+    print(f"report: {summary}")
+    return 0
+
+
+def _run_crosscheck(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from sim import crosscheck
+
+    return crosscheck.main(args)
 
 
 def _run_bench_sim(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -114,15 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Prefix-cache checkpoint semantics for hybrid LLMs: reference, demo and "
-        "benchmarks. Without a command, runs the demo.",
+        "benchmarks. Without a command, runs the default scenario and writes its results "
+        "under reports/.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
-    parser.set_defaults(handler=_run_demo, config=None, accepts_extra=False, command_parser=parser)
+    parser.set_defaults(
+        handler=_run_default, config=None, accepts_extra=False, command_parser=parser
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     demo = commands.add_parser(
         "demo",
-        help="show the placement policies and the checkpoint index step by step (default)",
+        help="show the placement policies and the checkpoint index step by step",
         description="Print, for a sample prompt, the positions each placement policy "
         "captures, then play a sequence of index operations and check their results.",
     )
@@ -132,6 +180,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML configuration shaped like sim/default.toml (default: the embedded one)",
     )
     demo.set_defaults(handler=_run_demo, command_parser=demo)
+
+    from sim.scenarios import command as scenario_command
+
+    run = commands.add_parser(
+        "run",
+        help="run a scenario file; write its result JSON; check its [expect] table",
+        description="Run one scenario (docs/SCENARIOS.md) for one seed, write its result to "
+        "reports/<scenario>/results/<scenario>-seed<N>.json and check its expectations "
+        "(exit 1 when one fails).",
+    )
+    scenario_command.add_run_arguments(run)
+    run.set_defaults(handler=_run_scenario, command_parser=run)
+
+    check = commands.add_parser(
+        "check",
+        help="validate scenario files (default: every scenarios/*.toml)",
+        description="Load and validate scenario files; print ok or the errors of each "
+        "(exit 1 when any is invalid).",
+    )
+    scenario_command.add_check_arguments(check)
+    check.set_defaults(handler=_run_check, command_parser=check)
 
     sizes = commands.add_parser(
         "sizes",
@@ -152,6 +221,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate_command.add_arguments(simulate)
     simulate.set_defaults(handler=_run_simulate, command_parser=simulate)
+
+    from sim import crosscheck as crosscheck_command
+    from sim import sweep as sweep_command
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="run a scenario over its sweep axes x seeds; save results; build the report",
+        description="Run the cross product of a scenario's sweep axes (or --axis) times "
+        "seeds on a process pool, serially or on a Dask cluster; write "
+        "OUT/<scenario>/results/*.json, figures and summary.md (docs/REPORTS.md).",
+    )
+    sweep_command.add_arguments(sweep)
+    sweep.set_defaults(handler=_run_sweep, command_parser=sweep)
+
+    report = commands.add_parser(
+        "report",
+        help="rebuild figures and summary.md from saved results (DIR/results/*.json)",
+        description="Rebuild DIR/figures/*.png and DIR/summary.md from DIR/results/*.json.",
+    )
+    report.add_argument("directory", metavar="DIR", help="report folder, e.g. reports/NAME")
+    report.set_defaults(handler=_run_report, command_parser=report)
+
+    crosscheck = commands.add_parser(
+        "crosscheck",
+        help="run a small scenario on the reference and gpu backends; compare captures",
+        description="Run the scenario on the reference and the gpu backend and compare every "
+        "captured slot bit for bit; exit 1 on any difference.",
+    )
+    crosscheck_command.add_arguments(crosscheck)
+    crosscheck.set_defaults(handler=_run_crosscheck, command_parser=crosscheck)
 
     bench = commands.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
     benches = bench.add_subparsers(title="benchmarks", metavar="BENCHMARK", required=True)

@@ -25,7 +25,9 @@ Small workloads only: the canonical path costs about a millisecond per token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -39,6 +41,22 @@ from sim.engine.sequence import PromptSource
 
 #: The tiny model every real-tensor run uses unless told otherwise.
 DEFAULT_MODEL = HybridConfig()
+
+#: Called after every capture a real-tensor backend wrote: ``(backend, request_id, capture)``.
+CaptureHook = Callable[["TensorBackend", str, Capture], None]
+_CAPTURE_HOOKS: ContextVar[tuple[CaptureHook, ...]] = ContextVar("capture_hooks", default=())
+
+
+@contextmanager
+def capture_hook(hook: CaptureHook) -> Iterator[None]:
+    """Call ``hook`` after every capture any :class:`TensorBackend` writes inside the block
+    (hooks entered earlier run first). ``hook`` may read :meth:`TensorBackend.snapshot`;
+    ``hyckpt crosscheck`` records every captured slot this way."""
+    token = _CAPTURE_HOOKS.set((*_CAPTURE_HOOKS.get(), hook))
+    try:
+        yield
+    finally:
+        _CAPTURE_HOOKS.reset(token)
 
 
 @dataclass
@@ -179,6 +197,8 @@ class TensorBackend:
             )
             if ok:
                 observer.on_write(capture.slot)
+                for hook in _CAPTURE_HOOKS.get():
+                    hook(self, request_id, capture)
             done.append(ok)
         return done
 
@@ -260,6 +280,23 @@ class TensorBackend:
             if not torch.equal(ours, theirs):
                 found.append(f"KV {name} rows of [0, {n}) differ ({where})")
         data.logits = []
+        return found
+
+    def snapshot(self, capture: Capture) -> dict[str, torch.Tensor]:
+        """Views of what ``capture`` wrote into its snapshot slot, keyed ``group/name``:
+        every recurrent slab's row of the slot and, when ``position mod B != 0``, the
+        ``position mod B`` partial-KV rows (the rest of a page holds nothing defined)."""
+        _, storage, _ = self._parts()
+        snap = capture.slot - self._first_slot
+        rows = capture.position % self._block
+        found: dict[str, torch.Tensor] = {}
+        for group, slabs in sorted(storage.slabs().items()):
+            for name, slab in sorted(slabs.items()):
+                if group in ("kv", "draft_kv"):
+                    if rows:
+                        found[f"{group}/{name}"] = slab[snap][:rows]
+                elif group == "recurrent" or storage.is_boundary_hidden_captured(snap):
+                    found[f"{group}/{name}"] = slab[snap]
         return found
 
     def release(self, request_id: str, batch_slot: int) -> None:

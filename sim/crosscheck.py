@@ -1,0 +1,202 @@
+"""``hyckpt crosscheck``: the same small run on the ``reference`` and ``gpu`` backends,
+every captured slot compared bit for bit.
+
+Both runs record, through :func:`sim.engine.backends.tensor.capture_hook`, what each
+capture wrote into its snapshot slot (recurrent slabs, and the ``p mod B`` partial-KV
+rows) the moment it was written. The scheduler does not depend on the backend's data, so
+both runs make the same captures in the same order; the records are compared pairwise:
+same request, position and slot, and the same bytes (NaN payloads and ``-0.0`` included).
+The runs' totals and lockstep verdicts must agree too.
+
+The tiny model's tensors live on the CPU, so the GPU layer's Triton kernels run in
+Triton's interpreter: ``TRITON_INTERPRET=1`` is set before Triton is imported
+(:func:`prepare_triton`), on a machine without CUDA and with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import torch
+
+from sim.engine.backends.base import Capture
+from sim.engine.backends.tensor import TensorBackend, capture_hook
+from sim.engine.result import SimResult
+from sim.sweep import load_scenario_ref, scenarios
+
+#: The two backends compared.
+BACKENDS = ("reference", "gpu")
+#: At most this many differences are listed.
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class Record:
+    """One capture as written: where, and the bytes of every part of its slot."""
+
+    request_id: str
+    position: int
+    slot: int
+    parts: dict[str, torch.Tensor] = field(repr=False)
+
+    @property
+    def where(self) -> str:
+        return f"request {self.request_id} position {self.position} slot {self.slot}"
+
+
+@dataclass
+class CrosscheckResult:
+    """The comparison of two runs.
+
+    Attributes:
+        captures: captures recorded per backend.
+        compared: captures compared pairwise (bytes equal or not).
+        differences: what differs, one line each.
+        results: each backend's :class:`SimResult`.
+    """
+
+    captures: dict[str, int]
+    compared: int
+    differences: list[str]
+    results: dict[str, SimResult]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def summary_lines(self) -> list[str]:
+        counts = ", ".join(f"{name} {n}" for name, n in self.captures.items())
+        lines = [f"captures recorded: {counts}; compared bitwise: {self.compared}"]
+        for name, result in self.results.items():
+            lines.append(
+                f"{name}: lockstep {'ok' if result.ok else 'VIOLATIONS'}, exactness checks "
+                f"{result.backend.get('exactness_checks', 'n/a')}, token hit rate "
+                f"{result.totals['token_hit_rate']:.3f}"
+            )
+        if self.ok:
+            lines.append("crosscheck: ok (every captured slot identical)")
+        else:
+            lines.append(f"crosscheck: {len(self.differences)} DIFFERENCE(S)")
+            lines += [f"  {d}" for d in self.differences[:MAX_LISTED]]
+            if len(self.differences) > MAX_LISTED:
+                lines.append(f"  ... and {len(self.differences) - MAX_LISTED} more")
+        return lines
+
+
+def prepare_triton() -> None:
+    """Make Triton interpret the GPU layer's kernels: the real-tensor backend keeps the tiny
+    model's tensors on the CPU, where compiled kernels cannot run — without CUDA, and with
+    it. Only effective before Triton is imported; a value already set is kept."""
+    if "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8) if flat.numel() else flat
+
+
+def record_run(run: Callable[[], SimResult]) -> tuple[SimResult, list[Record]]:
+    """``run()`` with every capture of a real-tensor backend recorded (bytes copied)."""
+    records: list[Record] = []
+
+    def hook(backend: TensorBackend, request_id: str, capture: Capture) -> None:
+        parts = {k: v.detach().to("cpu", copy=True) for k, v in backend.snapshot(capture).items()}
+        records.append(Record(request_id, capture.position, capture.slot, parts))
+
+    with capture_hook(hook):
+        result = run()
+    return result, records
+
+
+def compare(left: Sequence[Record], right: Sequence[Record], names: Sequence[str]) -> list[str]:
+    """Differences between two capture sequences (``names``: the two backends)."""
+    a, b = names
+    found = []
+    if len(left) != len(right):
+        found.append(f"{a} recorded {len(left)} captures, {b} {len(right)}")
+    for i, (x, y) in enumerate(zip(left, right, strict=False)):
+        if (x.request_id, x.position, x.slot) != (y.request_id, y.position, y.slot):
+            found.append(f"capture {i}: {a} {x.where}, {b} {y.where}")
+            continue
+        if sorted(x.parts) != sorted(y.parts):
+            found.append(f"capture {i} ({x.where}): parts {sorted(x.parts)} vs {sorted(y.parts)}")
+            continue
+        for name in sorted(x.parts):
+            s, t = x.parts[name], y.parts[name]
+            if s.dtype != t.dtype or s.shape != t.shape:
+                found.append(
+                    f"capture {i} ({x.where}) {name}: {s.dtype}{list(s.shape)} vs "
+                    f"{t.dtype}{list(t.shape)}"
+                )
+            elif not torch.equal(_bytes(s), _bytes(t)):
+                found.append(f"capture {i} ({x.where}) {name}: bytes differ")
+    return found
+
+
+def crosscheck_runs(
+    run: Callable[[str], SimResult], backends: Sequence[str] = BACKENDS
+) -> CrosscheckResult:
+    """Run ``run(backend)`` for both ``backends`` and compare what they captured."""
+    results: dict[str, SimResult] = {}
+    records: dict[str, list[Record]] = {}
+    for name in backends:
+        results[name], records[name] = record_run(functools.partial(run, name))
+    a, b = backends
+    differences = compare(records[a], records[b], backends)
+    for name, result in results.items():
+        if not result.ok:
+            differences.append(f"{name}: lockstep violations {result.violation_counts}")
+    keys = ("token_hit_rate", "prompt_tokens", "recomputed_tokens", "evictions", "captures")
+    for key in keys:
+        if results[a].totals.get(key) != results[b].totals.get(key):
+            differences.append(
+                f"totals.{key}: {a} {results[a].totals.get(key)!r}, "
+                f"{b} {results[b].totals.get(key)!r}"
+            )
+    compared = min(len(records[a]), len(records[b]))
+    if compared == 0:
+        differences.append("no capture was recorded: nothing compared (is the run too small?)")
+    return CrosscheckResult(
+        captures={name: len(r) for name, r in records.items()},
+        compared=compared,
+        differences=differences,
+        results=results,
+    )
+
+
+# --- hyckpt crosscheck ------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hyckpt crosscheck``."""
+    parser.add_argument("scenario", help="scenario name or TOML file (keep it small)")
+    parser.add_argument("--seed", type=int, help="seed (default: the scenario's)")
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``hyckpt crosscheck``: 0 when both backends captured identical bytes."""
+    stream = sys.stdout if out is None else out
+    prepare_triton()
+    module = scenarios()
+    scenario = load_scenario_ref(args.scenario)
+
+    def run(backend: str) -> SimResult:
+        config = dataclasses.replace(scenario.sim_config, backend=backend, impl=None)
+        result: SimResult = module.run_scenario(
+            dataclasses.replace(scenario, sim_config=config), seed=args.seed
+        )
+        return result
+
+    result = crosscheck_runs(run)
+    print(f"scenario {scenario.name}: reference vs gpu", file=stream)
+    for line in result.summary_lines():
+        print(line, file=stream)
+    return 0 if result.ok else 1

@@ -1,0 +1,348 @@
+"""``hyckpt sweep``: run a scenario over the cross product of sweep axes × seeds, save one
+JSON result per run under ``OUT/<scenario>/results/``, then build the report
+(:mod:`sim.report`; docs/REPORTS.md).
+
+A job is plain data (:class:`Job`); a *runner* — a picklable top-level function
+``runner(scenario, overrides, seed) -> dict`` — turns it into a
+:meth:`~sim.engine.result.SimResult.to_dict` document. The default runner
+(:func:`run_scenario_job`) loads the scenario with :mod:`sim.scenarios` in the worker. Jobs
+run serially, on a local process pool, or on a Dask ``distributed`` cluster; the
+simulation is deterministic per seed and the files are written by the parent in job
+order, so every executor writes byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from reference.errors import InvalidConfigError
+from sim.report import RESULTS_DIR, build_report, git_revision
+
+#: Executors a sweep can use.
+EXECUTORS = ("process", "dask", "serial")
+#: Axis key of the seed, when a scenario sweeps it as an axis.
+SEED_AXIS = "scenario.seed"
+
+Runner = Callable[[str, dict[str, object], int | None], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a sweep.
+
+    Attributes:
+        index: position in the sweep (files are numbered by it).
+        scenario: what the runner loads (a scenario file path or name).
+        overrides: axis key → value, in axis order.
+        seed: the run's seed; ``None`` = the scenario's own.
+    """
+
+    index: int
+    scenario: str
+    overrides: tuple[tuple[str, object], ...]
+    seed: int | None
+
+    @property
+    def sweep(self) -> dict[str, object]:
+        """The axis values recorded in the result file (the seed included)."""
+        values = dict(self.overrides)
+        if self.seed is not None:
+            values[SEED_AXIS] = self.seed
+        return values
+
+    @property
+    def filename(self) -> str:
+        parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.sweep.items()]
+        name = "-".join([f"{self.index:04d}", *parts])
+        return re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)[:180] + ".json"
+
+
+def expand_jobs(
+    scenario: str, axes: Mapping[str, Sequence[object]], seeds: Sequence[int] | None
+) -> list[Job]:
+    """The cross product of ``axes`` (in key order as given, values in the order given),
+    times ``seeds`` (outermost last: every axis combination for seed 0, then seed 1...).
+
+    ``seeds=None`` runs each combination once with the scenario's seed (or the
+    ``scenario.seed`` axis, if there is one).
+
+    Raises:
+        InvalidConfigError: an axis without values, or both ``seeds`` and a
+            ``scenario.seed`` axis.
+    """
+    for key, values in axes.items():
+        if not values:
+            raise InvalidConfigError(f"sweep axis {key!r} has no values")
+    if seeds is not None and SEED_AXIS in axes:
+        raise InvalidConfigError(f"give the seeds either as --seeds or as axis {SEED_AXIS!r}")
+    keys = list(axes)
+    combos = list(itertools.product(*(axes[k] for k in keys)))
+    jobs: list[Job] = []
+    for seed in [None] if seeds is None else list(seeds):
+        for combo in combos:
+            jobs.append(Job(len(jobs), scenario, tuple(zip(keys, combo, strict=True)), seed))
+    return jobs
+
+
+def scenarios() -> Any:
+    """:mod:`sim.scenarios`, imported when first needed (it is typed ``Any`` here so this
+    module does not depend on it at import or type-check time)."""
+    return importlib.import_module("sim.scenarios")
+
+
+def load_scenario_ref(reference: str) -> Any:
+    """The scenario ``reference`` names: a TOML file, a file ``SCENARIO_DIR/<name>.toml``,
+    or ``default`` (the embedded default scenario)."""
+    module = scenarios()
+    path = Path(reference)
+    if not path.is_file():
+        shipped = Path(module.SCENARIO_DIR) / f"{reference}.toml"
+        if shipped.is_file():
+            path = shipped
+        elif reference == "default":
+            return module.load_default_scenario()
+    return module.load_scenario(path)
+
+
+def run_scenario_job(
+    scenario: str, overrides: dict[str, object], seed: int | None
+) -> dict[str, Any]:
+    """The default runner: load ``scenario`` with :mod:`sim.scenarios`, apply
+    ``overrides``, run it, return the result document."""
+    module = scenarios()
+    loaded = load_scenario_ref(scenario)
+    if overrides:
+        loaded = loaded.with_overrides(overrides)
+    document: dict[str, Any] = module.run_scenario(loaded, seed=seed).to_dict()
+    return document
+
+
+def _call(runner: Runner, job: Job) -> dict[str, Any]:
+    return runner(job.scenario, dict(job.overrides), job.seed)
+
+
+@contextmanager
+def _bar(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    if not enabled:
+        yield lambda: None
+        return
+    bar = tqdm(total=total, desc="sweep", unit="run", file=sys.stderr, leave=False)
+    try:
+        yield lambda: bar.update(1)
+    finally:
+        bar.close()
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    runner: Runner = run_scenario_job,
+    *,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Run ``jobs`` with ``runner``; their documents in job order.
+
+    Args:
+        executor: ``serial``, ``process`` (a local process pool of ``workers``) or ``dask``
+            (the cluster at ``scheduler``, or a ``LocalCluster`` of ``workers`` processes).
+        progress: a tqdm bar over jobs on stderr.
+    """
+    if executor not in EXECUTORS:
+        raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
+    done: dict[int, dict[str, Any]] = {}
+    with _bar(len(jobs), progress) as tick:
+        if executor == "serial":
+            for job in jobs:
+                done[job.index] = _call(runner, job)
+                tick()
+        elif executor == "process":
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_call, runner, job): job.index for job in jobs}
+                for future in as_completed(futures):
+                    done[futures[future]] = future.result()
+                    tick()
+        else:
+            done = _run_dask(jobs, runner, workers, scheduler, tick)
+    return [done[job.index] for job in jobs]
+
+
+def _run_dask(
+    jobs: Sequence[Job],
+    runner: Runner,
+    workers: int | None,
+    scheduler: str | None,
+    tick: Callable[[], None],
+) -> dict[int, dict[str, Any]]:
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError as error:
+        raise InvalidConfigError(
+            "--executor dask needs dask[distributed] (pip install 'hyckpt[cluster]')"
+        ) from error
+    done: dict[int, dict[str, Any]] = {}
+    with _dask_client(Client, LocalCluster, workers, scheduler) as client:
+        futures = [client.submit(_call, runner, job, pure=False) for job in jobs]
+        index = {future.key: job.index for future, job in zip(futures, jobs, strict=True)}
+        for future in dask_completed(futures):  # type: ignore[no-untyped-call]
+            done[index[future.key]] = future.result()
+            tick()
+    return done
+
+
+@contextmanager
+def _dask_client(
+    client_type: Any, cluster_type: Any, workers: int | None, scheduler: str | None
+) -> Iterator[Any]:
+    if scheduler:
+        with client_type(scheduler) as client:
+            yield client
+        return
+    with (
+        cluster_type(
+            n_workers=workers or 2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        ) as cluster,
+        client_type(cluster) as client,
+    ):
+        yield client
+
+
+def result_text(document: Mapping[str, Any], scenario: str, job: Job, revision: str) -> str:
+    """The saved file: the result document plus ``scenario``, ``sweep`` and
+    ``git_revision``."""
+    saved = dict(document)
+    saved["scenario"] = scenario
+    saved["sweep"] = job.sweep
+    saved["git_revision"] = revision
+    return json.dumps(saved, indent=2, allow_nan=False) + "\n"
+
+
+def run_sweep(
+    scenario: str,
+    name: str,
+    axes: Mapping[str, Sequence[object]],
+    seeds: Sequence[int] | None,
+    out: Path,
+    *,
+    runner: Runner = run_scenario_job,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = False,
+    report: bool = True,
+) -> Path:
+    """Run the sweep, write ``out/<name>/results/*.json`` (the folder's old ``*.json``
+    are removed first) and, with ``report``, build the report; return ``out/<name>``."""
+    jobs = expand_jobs(scenario, axes, seeds)
+    documents = run_jobs(
+        jobs, runner, executor=executor, workers=workers, scheduler=scheduler, progress=progress
+    )
+    folder = Path(out) / name
+    results = folder / RESULTS_DIR
+    results.mkdir(parents=True, exist_ok=True)
+    for old in results.glob("*.json"):
+        old.unlink()
+    revision = git_revision()
+    for job, document in zip(jobs, documents, strict=True):
+        (results / job.filename).write_text(result_text(document, name, job, revision))
+    if report:
+        build_report(folder)
+    return folder
+
+
+# --- hyckpt sweep ---------------------------------------------------------------------
+
+
+def parse_value(text: str) -> object:
+    """An axis value: an int, a float, ``true``/``false``, or the string itself."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_axis(text: str) -> tuple[str, list[object]]:
+    """``key=v1,v2`` → ``(key, [v1, v2])``."""
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise InvalidConfigError(f"--axis wants key=v1,v2,..., got {text!r}")
+    return key.strip(), [parse_value(v) for v in values.split(",") if v.strip()]
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as error:
+        raise InvalidConfigError(f"--seeds wants integers like 0,1,2, got {text!r}") from error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hyckpt sweep``."""
+    parser.add_argument("scenario", help="scenario name or TOML file")
+    parser.add_argument(
+        "--axis",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="sweep axis (repeatable; replaces the scenario's sweep axes), "
+        "e.g. eviction.policy=lru,flop-aware",
+    )
+    parser.add_argument("--seeds", metavar="S1,S2", help="seeds (default: the scenario's)")
+    parser.add_argument("--executor", default="process", choices=EXECUTORS)
+    parser.add_argument("--workers", type=int, help="processes (default: the CPU count; dask 2)")
+    parser.add_argument(
+        "--scheduler", metavar="ADDRESS", help="Dask scheduler address (default: a LocalCluster)"
+    )
+    parser.add_argument("--out", default="reports", metavar="DIR", help="reports folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``hyckpt sweep``; 0 when every run passed the lockstep checker, else 1."""
+    scenario = load_scenario_ref(args.scenario)
+    axes: dict[str, list[object]] = (
+        dict(parse_axis(a) for a in args.axis) if args.axis else dict(scenario.sweep_axes)
+    )
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    reference = str(Path(scenario.path).resolve()) if scenario.path is not None else args.scenario
+    folder = run_sweep(
+        reference,
+        scenario.name,
+        axes,
+        seeds,
+        Path(args.out),
+        executor=args.executor,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        progress=not args.quiet,
+    )
+    files = sorted((folder / RESULTS_DIR).glob("*.json"))
+    failed = [f.name for f in files if not json.loads(f.read_text())["lockstep"].get("ok")]
+    if not args.quiet:
+        print(f"{len(files)} run(s) → {folder / RESULTS_DIR}; report {folder / 'summary.md'}")
+        if failed:
+            print(f"lockstep violations in: {', '.join(failed)}")
+    return 1 if failed else 0

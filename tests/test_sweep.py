@@ -1,0 +1,179 @@
+"""Sweeps (sim.sweep): job expansion, option parsing, and that every executor writes
+byte-identical result files.
+
+The executor tests use :func:`fake_runner`, a stand-in for the scenario runner that
+builds a tiny shadow run from the overrides (it must be a top-level function: process
+pools and Dask pickle it by reference).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference.errors import InvalidConfigError
+from sim import cli
+from sim.engine.config import SimConfig
+from sim.engine.run import run_simulation
+from sim.engine.sources import build_workload
+from sim.sweep import (
+    SEED_AXIS,
+    expand_jobs,
+    parse_axis,
+    parse_seeds,
+    parse_value,
+    run_jobs,
+    run_sweep,
+)
+
+AXES: dict[str, list[object]] = {
+    "eviction.policy": ["lru", "fifo"],
+    "cache.checkpoint_slots": [2, 8],
+}
+
+
+def fake_runner(scenario: str, overrides: dict[str, object], seed: int | None) -> dict[str, Any]:
+    """A tiny shadow run configured by ``overrides`` (the scenario stand-in)."""
+    chosen = 0 if seed is None else seed
+    slots = overrides.get("cache.checkpoint_slots", 4)
+    assert isinstance(slots, int)
+    config = SimConfig(
+        block_size=16,
+        token_budget=512,
+        max_num_seqs=8,
+        kv_blocks=256,
+        checkpoint_slots=slots,
+        eviction=str(overrides.get("eviction.policy", "lru")),
+        seed=chosen,
+    )
+    requests, description = build_workload("chat", 12, chosen)
+    result = run_simulation(config, requests(), workload={"scenario": scenario, **description})
+    return result.to_dict()
+
+
+def test_jobs_are_the_cross_product_of_axes_times_seeds() -> None:
+    jobs = expand_jobs("s.toml", AXES, [0, 1, 2])
+    assert len(jobs) == 2 * 2 * 3
+    assert [j.index for j in jobs] == list(range(12))
+    assert jobs[0].overrides == (("eviction.policy", "lru"), ("cache.checkpoint_slots", 2))
+    assert jobs[1].overrides == (("eviction.policy", "lru"), ("cache.checkpoint_slots", 8))
+    assert jobs[2].overrides[0] == ("eviction.policy", "fifo")
+    assert [j.seed for j in jobs] == [0] * 4 + [1] * 4 + [2] * 4
+    assert jobs[5].sweep == {"eviction.policy": "lru", "cache.checkpoint_slots": 8, SEED_AXIS: 1}
+    assert len({j.filename for j in jobs}) == len(jobs)
+    assert jobs[5].filename == "0005-policy=lru-checkpoint_slots=8-seed=1.json"
+
+
+def test_job_expansion_edge_cases() -> None:
+    only = expand_jobs("s", {}, None)
+    assert len(only) == 1 and only[0].seed is None and only[0].sweep == {}
+    assert [j.seed for j in expand_jobs("s", {SEED_AXIS: [3, 4]}, None)] == [None, None]
+    with pytest.raises(InvalidConfigError, match="either"):
+        expand_jobs("s", {SEED_AXIS: [3]}, [0])
+    with pytest.raises(InvalidConfigError, match="no values"):
+        expand_jobs("s", {"eviction.policy": []}, [0])
+    assert (
+        expand_jobs("s/x y.toml", {"a.b": ["x/y z"]}, [0])[0].filename == "0000-b=x_y_z-seed=0.json"
+    )
+
+
+def test_option_parsing() -> None:
+    assert parse_axis("cache.checkpoint_slots=4,8") == ("cache.checkpoint_slots", [4, 8])
+    assert parse_axis("eviction.policy=lru, fifo") == ("eviction.policy", ["lru", "fifo"])
+    assert parse_value("0.5") == 0.5 and parse_value("true") is True
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    for bad in ("no-equals", "=1,2", "key="):
+        with pytest.raises(InvalidConfigError):
+            parse_axis(bad)
+    with pytest.raises(InvalidConfigError):
+        parse_seeds("a,b")
+    with pytest.raises(InvalidConfigError, match="unknown executor"):
+        run_jobs([], fake_runner, executor="threads")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((folder / "results").glob("*.json"))}
+
+
+def test_serial_process_and_dask_write_byte_identical_results(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    written = {}
+    for executor in ("serial", "process", "dask"):
+        folder = run_sweep(
+            "tiny",
+            "tiny",
+            AXES,
+            [0, 1],
+            tmp_path / executor,
+            runner=fake_runner,
+            executor=executor,
+            workers=2,
+            report=executor == "serial",
+        )
+        written[executor] = _files(folder)
+    assert len(written["serial"]) == 8
+    assert written["process"] == written["serial"]
+    assert written["dask"] == written["serial"]
+    first = json.loads(next(iter(written["serial"].values())))
+    assert first["sweep"] == {"eviction.policy": "lru", "cache.checkpoint_slots": 2, SEED_AXIS: 0}
+    assert first["scenario"] == "tiny" and "git_revision" in first
+    assert first["config"]["checkpoint_slots"] == 2
+    assert (tmp_path / "serial" / "tiny" / "summary.md").exists()
+
+
+def test_a_new_sweep_replaces_old_results(tmp_path: Path) -> None:
+    run_sweep("t", "t", AXES, [0], tmp_path, runner=fake_runner, executor="serial", report=False)
+    folder = run_sweep(
+        "t",
+        "t",
+        {"eviction.policy": ["lru"]},
+        [0],
+        tmp_path,
+        runner=fake_runner,
+        executor="serial",
+    )
+    assert list(_files(folder)) == ["0000-policy=lru-seed=0.json"]
+    assert (
+        "Skipped: needs at least two checkpoint pool sizes" in (folder / "summary.md").read_text()
+    )
+
+
+needs_scenarios = pytest.mark.skipif(
+    importlib.util.find_spec("sim.scenarios") is None, reason="sim.scenarios not available"
+)
+
+
+@needs_scenarios
+def test_hyckpt_sweep_on_a_shipped_scenario(tmp_path: Path) -> None:
+    argv = [
+        "sweep",
+        "memory-pressure",
+        "--axis",
+        "cache.checkpoint_slots=4,16",
+        "--axis",
+        "workload.requests=40",
+        "--seeds",
+        "1",
+        "--executor",
+        "serial",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
+    assert cli.main(argv) == 0
+    folder = tmp_path / "memory-pressure"
+    files = _files(folder)
+    assert len(files) == 2
+    docs = [json.loads(text) for text in files.values()]
+    assert [d["pools"]["checkpoint_slots"] for d in docs] == [4, 16]
+    assert docs[0]["sweep"]["workload.requests"] == 40
+    assert "![Hit rate vs checkpoint pool size]" in (folder / "summary.md").read_text()
+
+
+@needs_scenarios
+def test_hyckpt_sweep_reports_bad_scenarios_as_usage_errors(tmp_path: Path) -> None:
+    assert cli.main(["sweep", str(tmp_path / "missing.toml"), "--quiet"]) == 2
