@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from reference.errors import InvalidConfigError
 from sim.report import RESULTS_DIR, build_report, git_revision
+from sim.report.data import axis_name
 
 #: Executors a sweep can use.
 EXECUTORS = ("process", "dask", "serial")
@@ -65,7 +66,7 @@ class Job:
 
     @property
     def filename(self) -> str:
-        parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.sweep.items()]
+        parts = [f"{axis_name(key)}={value}" for key, value in self.sweep.items()]
         name = "-".join([f"{self.index:04d}", *parts])
         return re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)[:180] + ".json"
 

@@ -198,7 +198,7 @@ def test_other_sweep_axes_get_their_own_hit_rate_lines(tmp_path: Path) -> None:
     }
     assert varying_axes(rows) == {"cache.kv_blocks", "cache.checkpoint_slots"}
     assert rows[0].curve({"cache.checkpoint_slots"}) == "turns × lru"
-    assert rows[0].label() == "policy=lru, checkpoint_slots=4, seed=0, kv_blocks=1024"
+    assert rows[0].label() == "eviction=lru, checkpoint_slots=4, seed=0, kv_blocks=1024"
     assert rows[0].label(varying_axes(rows)) == "checkpoint_slots=4, kv_blocks=1024"
     build_report(tmp_path)
     assert (tmp_path / "figures" / "hit_rate_vs_pool.png").exists()

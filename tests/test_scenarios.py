@@ -236,7 +236,7 @@ def test_run_writes_results(
     path = write(tmp_path, TINY)
     assert main(["run", str(path), "--seed", "5"]) == 0
     out = capsys.readouterr().out
-    result_file = tmp_path / "reports" / "tiny" / "results" / "tiny-seed5.json"
+    result_file = tmp_path / "reports" / "tiny" / "runs" / "results" / "tiny-seed5.json"
     assert json.loads(result_file.read_text())["seed"] == 5
     assert "expect: ok" in out and "lockstep: ok" in out
     assert main(["run", str(path), "--quiet", "--out", "o", "--json", "r.json"]) == 0
@@ -268,7 +268,9 @@ def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_run_by_name_uses_the_shipped_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["run", "long-document-qa", "--quiet"]) == 0
-    assert (tmp_path / "reports/long-document-qa/results/long-document-qa-seed1.json").is_file()
+    assert (
+        tmp_path / "reports/long-document-qa/runs/results/long-document-qa-seed1.json"
+    ).is_file()
     assert main(["run", "default", "--quiet", "--out", "d"]) == 0
     assert (tmp_path / "d" / f"{load_default_scenario().name}-seed1.json").is_file()
 
@@ -295,7 +297,7 @@ def test_no_arguments_runs_the_default_scenario(
     monkeypatch.setitem(sys.modules, "sim.report", report)
     assert main([]) == 0
     out = capsys.readouterr().out
-    folder = Path("reports") / small.name
+    folder = Path("reports") / small.name / "runs"
     assert calls == [folder]
     assert (tmp_path / folder / "results" / f"{small.name}-seed1.json").is_file()
     assert f"report: {folder / 'summary.md'}" in out

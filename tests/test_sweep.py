@@ -65,7 +65,7 @@ def test_jobs_are_the_cross_product_of_axes_times_seeds() -> None:
     assert [j.seed for j in jobs] == [0] * 4 + [1] * 4 + [2] * 4
     assert jobs[5].sweep == {"eviction.policy": "lru", "cache.checkpoint_slots": 8, SEED_AXIS: 1}
     assert len({j.filename for j in jobs}) == len(jobs)
-    assert jobs[5].filename == "0005-policy=lru-checkpoint_slots=8-seed=1.json"
+    assert jobs[5].filename == "0005-eviction=lru-checkpoint_slots=8-seed=1.json"
 
 
 def test_job_expansion_edge_cases() -> None:
@@ -136,7 +136,7 @@ def test_a_new_sweep_replaces_old_results(tmp_path: Path) -> None:
         runner=fake_runner,
         executor="serial",
     )
-    assert list(_files(folder)) == ["0000-policy=lru-seed=0.json"]
+    assert list(_files(folder)) == ["0000-eviction=lru-seed=0.json"]
     assert (
         "Skipped: needs at least two checkpoint pool sizes" in (folder / "summary.md").read_text()
     )

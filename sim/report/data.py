@@ -23,6 +23,17 @@ CURVE_AXES = frozenset(
 )
 
 
+def axis_name(key: str) -> str:
+    """Short name of a sweep axis: its last part, or its table when that part is ambiguous
+    (``placement.policy`` → ``placement``, ``cache.checkpoint_slots`` → ``checkpoint_slots``)."""
+    table, _, field = key.rpartition(".")
+    return table.rpartition(".")[2] if field in AMBIGUOUS_FIELDS and table else field
+
+
+#: Axis fields that several tables share.
+AMBIGUOUS_FIELDS = frozenset({"policy", "params"})
+
+
 class ReportError(HyckptError):
     """A results directory that cannot be turned into a report."""
 
@@ -84,7 +95,7 @@ class Row:
         every sweep axis (of ``varying``, if given) other than the pool size, the policies
         and the seed."""
         others = [
-            f"{key.rsplit('.', 1)[-1]}={value}"
+            f"{axis_name(key)}={value}"
             for key, value in self.sweep.items()
             if key not in CURVE_AXES and (varying is None or key in varying)
         ]
@@ -128,7 +139,7 @@ class Row:
         else policy, pool and seed."""
         shown = {k: v for k, v in self.sweep.items() if varying is None or k in varying}
         if shown:
-            return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in shown.items())
+            return ", ".join(f"{axis_name(k)}={v}" for k, v in shown.items())
         return f"{self.policy}, slots={self.pool_slots}, seed={self.seed}"
 
 

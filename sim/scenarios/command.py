@@ -17,6 +17,7 @@ from sim.engine.result import SimResult
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, load_default_scenario, load_scenario
 from sim.scenarios.runner import (
     REPORTS_DIR,
+    RUNS_DIR,
     check_expectations,
     result_path,
     run_scenario,
@@ -34,7 +35,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed (default: the scenario's scenario.seed)")
     parser.add_argument("--json", metavar="PATH", help="also write the result JSON to PATH")
     parser.add_argument(
-        "--out", metavar="DIR", help="results folder (default: reports/<scenario>/results)"
+        "--out", metavar="DIR", help="results folder (default: reports/<scenario>/runs/results)"
     )
     parser.add_argument(
         "--quiet", action="store_true", help="no progress bar or summary; failures on stderr"
@@ -124,11 +125,11 @@ def check_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``hyckpt`` with no arguments: run the embedded default scenario (every seed it
-    lists), write results under ``reports/<name>/results``, build the report if
+    lists), write results under ``reports/<name>/runs/results``, build the report if
     :mod:`sim.report` is installed, and say where everything is."""
     stream = sys.stdout if out is None else out
     scenario = load_default_scenario()
-    folder = REPORTS_DIR / scenario.name
+    folder = REPORTS_DIR / scenario.name / RUNS_DIR
     print(
         f"hyckpt: running the default scenario {scenario.name!r} ({scenario.description}) "
         f"for seeds {', '.join(map(str, scenario.seeds))}; `hyckpt demo` shows the "

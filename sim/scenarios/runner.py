@@ -13,6 +13,9 @@ from sim.scenarios.schema import EXPECTATIONS
 
 #: Where ``hyckpt run`` writes results, relative to the working directory.
 REPORTS_DIR = Path("reports")
+#: Sub-folder of ``reports/<name>/`` for single runs (``hyckpt run``, ``hyckpt``): kept
+#: apart from the committed sweep results in ``reports/<name>/results`` and ignored by git.
+RUNS_DIR = "runs"
 
 
 def run_scenario(
@@ -53,8 +56,8 @@ def check_expectations(scenario: Scenario, result: SimResult) -> list[str]:
 
 
 def result_path(scenario: Scenario, seed: int, out: Path | None = None) -> Path:
-    """``<out>/<name>-seed<seed>.json``; ``out`` defaults to ``reports/<name>/results``."""
-    folder = REPORTS_DIR / scenario.name / "results" if out is None else out
+    """``<out>/<name>-seed<seed>.json``; ``out`` defaults to ``reports/<name>/runs/results``."""
+    folder = REPORTS_DIR / scenario.name / RUNS_DIR / "results" if out is None else out
     return folder / f"{scenario.name}-seed{seed}.json"
 
 
