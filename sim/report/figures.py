@@ -87,29 +87,52 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
 
 
 def figure_over_time(rows: Sequence[Row]) -> Figure | str:
-    """Cumulative token hit rate and checkpoint bytes in use over simulated time."""
+    """Cumulative token hit rate and checkpoint bytes in use over simulated time.
+
+    One colour per policy (placement × eviction, and any other swept axis but the pool
+    size and the seed), every seed a line of that colour; when the pool size was swept,
+    only the runs at the largest pool are drawn (the title says which), so the lines stay
+    readable."""
     drawn = [row for row in rows if len(row.series("t_s")) >= 2]
     if not drawn:
         return "no result has two or more time-series samples"
+    sizes = {row.pool_slots for row in drawn if row.pool_slots is not None}
+    title = "hit rate and checkpoint memory over time"
+    if len(sizes) > 1:
+        largest = max(sizes)
+        drawn = [row for row in drawn if row.pool_slots == largest]
+        title += f" ({largest} checkpoint slots)"
+    varying = varying_axes(rows)
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for row in drawn:
+        groups[row.curve(varying)].append(row)
     figure = _figure(2)
     axes = figure.subplots(2, 1, sharex=True)
-    varying = varying_axes(rows)
-    for index, row in enumerate(drawn):
-        t = row.series("t_s")
-        label = row.label(varying) if index < MAX_LEGEND else None
-        for ax, column, scale in (
-            (axes[0], "token_hit_rate", 1.0),
-            (axes[1], "checkpoint_bytes_in_use", 1 / GIB),
-        ):
-            values = row.series(column)
-            points = [
-                (x, y * scale)
-                for x, y in zip(t, values, strict=False)
-                if x is not None and y is not None
-            ]
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1)
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (name, members) in enumerate(sorted(groups.items())):
+        colour = colours[index % len(colours)]
+        label = name if index < MAX_LEGEND else None
+        for member_index, row in enumerate(members):
+            t = row.series("t_s")
+            for ax, column, scale in (
+                (axes[0], "token_hit_rate", 1.0),
+                (axes[1], "checkpoint_bytes_in_use", 1 / GIB),
+            ):
+                points = [
+                    (x, y * scale)
+                    for x, y in zip(t, row.series(column), strict=False)
+                    if x is not None and y is not None
+                ]
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    color=colour,
+                    linewidth=1,
+                    alpha=0.8,
+                    label=label if member_index == 0 else None,
+                )
     axes[0].set_ylabel("token hit rate (cumulative)")
-    axes[0].set_title("hit rate and checkpoint memory over time")
+    axes[0].set_title(title)
     axes[1].set_ylabel("checkpoint memory (GiB)")
     axes[1].set_xlabel("simulated time (s)")
     for ax in axes:
