@@ -134,6 +134,20 @@ class HashedPrompt:
                 chain.append(previous)
         return chain[units]
 
+    def unit_digests(self, units: int, step: int = 1) -> list[bytes]:
+        """Digests of the first ``step, 2*step, ..., units`` whole hash units, in order.
+
+        The digests of every ``step``-th unit boundary up to ``units`` (``units`` a
+        multiple of ``step``): with ``step`` = units per KV block, the chained hashes of
+        the prompt's first ``units // step`` blocks. One slice of the cached chain.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise InvalidConfigError(f"step must be a positive int, got {step!r}")
+        if units % step:
+            raise InvalidTokenCountError(f"units={units} is not a multiple of step={step}")
+        self.unit_digest(units)
+        return self._chain[step : units + 1 : step]
+
     def digest(self, tokens: int) -> bytes:
         """Digest of ``prompt[:tokens]`` (``0 <= tokens <= len``)."""
         if tokens > self._length:

@@ -72,3 +72,24 @@ def test_bad_inputs_are_typed_errors() -> None:
         HashedPrompt([1, 2, 3], namespace="m", unit=2).digest(4)
     with pytest.raises(InvalidConfigError, match="namespace"):
         HashedPrompt([1], namespace=3, unit=1)  # type: ignore[arg-type]
+
+
+@given(tokens=st.lists(st.integers(0, 9), max_size=90), unit=st.integers(1, 5), data=st.data())
+def test_unit_digests_are_every_steps_unit_digest(
+    tokens: list[int], unit: int, data: st.DataObject
+) -> None:
+    hashed = HashedPrompt(tokens, namespace="m", unit=unit)
+    step = data.draw(st.integers(1, 4), label="units per block")
+    blocks = data.draw(st.integers(0, len(tokens) // (unit * step)), label="blocks")
+    assert hashed.unit_digests(blocks * step, step) == [
+        HashedPrompt(tokens, namespace="m", unit=unit).unit_digest(i * step)
+        for i in range(1, blocks + 1)
+    ]
+
+
+def test_unit_digests_rejects_a_range_off_the_step() -> None:
+    hashed = HashedPrompt(list(range(32)), namespace="m", unit=4)
+    with pytest.raises(InvalidTokenCountError, match="not a multiple of step=3"):
+        hashed.unit_digests(4, 3)
+    with pytest.raises(InvalidConfigError, match="step must be a positive int"):
+        hashed.unit_digests(4, 0)

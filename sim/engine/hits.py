@@ -60,16 +60,9 @@ def block_digests(hashed: HashedPrompt, blocks: int, units_per_block: int) -> Se
     """Chained digests of the first ``blocks`` full blocks of ``hashed``: block ``i``'s is
     the digest of the prompt up to the block's end, ``unit_digest((i + 1) * units_per_block)``.
 
-    O(blocks) list slicing once the prompt's unit digests exist (they are computed here,
-    once per prompt, if they were not).
+    One slice of the prompt's cached chain once its unit digests exist (they are computed
+    here, once per prompt, if they were not).
     """
     if blocks <= 0:
         return ()
-    last = blocks * units_per_block
-    hashed.unit_digest(last)
-    # The chain of unit digests is the prompt's own cache (computed above); slicing it
-    # avoids one method call per block on the hot path.
-    chain = hashed._chain
-    if len(chain) > last:
-        return chain[units_per_block : last + 1 : units_per_block]
-    return [hashed.unit_digest(i * units_per_block) for i in range(1, blocks + 1)]
+    return hashed.unit_digests(blocks * units_per_block, units_per_block)
