@@ -8,9 +8,9 @@ conv-window gather and state copy). It copies **words** (``int8``/``int16``/``in
 copied bit for bit whatever the slab's dtype, and slabs of different dtypes share one
 launch.
 
-Grid ``(jobs, chunks)``: program ``(j, c)`` copies chunks ``c, c + chunks, ...`` of
-``BLOCK`` words of job ``j``. A job is one block (``n0 x n1`` runs of ``run`` bytes, see
-:class:`gpu.descriptors.Block`):
+Grid ``(jobs, chunks)``: program ``(j, c)`` copies chunks ``c, c + chunks, ...`` (at
+most ``ROUNDS`` of them) of ``BLOCK`` words of job ``j``. A job is one block (``n0 x n1``
+runs of ``run`` bytes, see :class:`gpu.descriptors.Block`):
 
 - ``TABLE`` (table mode, the exporter): job ``j`` is row ``j`` of a ``[jobs, 9]`` table
   of absolute addresses;
@@ -58,6 +58,7 @@ def _copy_blocks(  # type: ignore[no-untyped-def]  # Triton parameters carry no 
     WORD: tl.constexpr,  # bytes per word
     ALIGN: tl.constexpr,  # bytes; a multiple of WORD, at most 16
     BLOCK: tl.constexpr,  # words per chunk
+    ROUNDS: tl.constexpr,  # chunks per program: ceil(largest job's chunks / grid[1])
 ):
     job = tl.program_id(0).to(tl.int64)
     if TABLE:
@@ -104,24 +105,28 @@ def _copy_blocks(  # type: ignore[no-untyped-def]  # Triton parameters carry no 
     dst_ptr = dst.to(tl.pointer_type(WORD_TY))
     lanes = tl.arange(0, BLOCK).to(tl.int64)
     chunks = (total + BLOCK - 1) // BLOCK
-    for chunk in range(tl.program_id(1), chunks, tl.num_programs(1)):
-        start = chunk * BLOCK
-        i = start + lanes
-        mask = i < total
-        if FLAT:
-            dp = tl.max_contiguous(tl.multiple_of(dst_ptr + i, ALIGN), BLOCK)
-            sp = tl.max_contiguous(tl.multiple_of(src_ptr + i, ALIGN), BLOCK)
-        else:
-            q = i // run
-            w = i - q * run
-            i0 = q // n1
-            i1 = q - i0 * n1
-            dp = dst_ptr + (i0 * ds0 + i1 * ds1 + w)
-            sp = src_ptr + (i0 * ss0 + i1 * ss1 + w)
-        if ZERO:
-            tl.store(dp, tl.full([BLOCK], 0, dtype=WORD_TY), mask=mask)
-        else:
-            tl.store(dp, tl.load(sp, mask=mask), mask=mask)
+    # A constexpr trip count with a bounds test, not range(program_id, chunks, step):
+    # Triton 3.6's interpreter cannot turn a runtime scalar into a Python int under
+    # NumPy >= 2.4, and ROUNDS is 1 unless one job exceeds the grid's second dimension.
+    for r in range(ROUNDS):
+        chunk = tl.program_id(1).to(tl.int64) + r * tl.num_programs(1).to(tl.int64)
+        if chunk < chunks:
+            i = chunk * BLOCK + lanes
+            mask = i < total
+            if FLAT:
+                dp = tl.max_contiguous(tl.multiple_of(dst_ptr + i, ALIGN), BLOCK)
+                sp = tl.max_contiguous(tl.multiple_of(src_ptr + i, ALIGN), BLOCK)
+            else:
+                q = i // run
+                w = i - q * run
+                i0 = q // n1
+                i1 = q - i0 * n1
+                dp = dst_ptr + (i0 * ds0 + i1 * ds1 + w)
+                sp = src_ptr + (i0 * ss0 + i1 * ss1 + w)
+            if ZERO:
+                tl.store(dp, tl.full([BLOCK], 0, dtype=WORD_TY), mask=mask)
+            else:
+                tl.store(dp, tl.load(sp, mask=mask), mask=mask)
 
 
 #: The kernel as ``triton.jit`` makes it: compiled, or interpreted under TRITON_INTERPRET=1.

@@ -38,14 +38,16 @@ def _word(align: int) -> int:
     return min(align, 8)
 
 
-def _grid(jobs: int, max_bytes: int, word: int) -> tuple[int, int]:
+def _grid(jobs: int, max_bytes: int, word: int) -> tuple[tuple[int, int], int]:
+    """The grid ``(jobs, programs per job)`` and ``ROUNDS``, the chunks each program copies."""
     if jobs > MAX_JOBS:
         raise LayoutMismatchError(
             f"one launch would copy {jobs} blocks, more than the {MAX_JOBS} a grid holds; "
             "split the batch"
         )
-    words = max_bytes // word
-    return jobs, max(1, min(-(-words // BLOCK), MAX_CHUNKS))
+    chunks = max(1, -(-(max_bytes // word) // BLOCK))
+    programs = min(chunks, MAX_CHUNKS)
+    return (jobs, programs), -(-chunks // programs)
 
 
 def _check_table(table: torch.Tensor, width: int, device: torch.device, what: str) -> None:
@@ -97,7 +99,7 @@ def launch_slots(
     if max_bytes == 0:
         return
     word = _word(meta.align)
-    grid = _grid(len(pairs) * len(meta.rows), max_bytes, word)
+    grid, rounds = _grid(len(pairs) * len(meta.rows), max_bytes, word)
     with dev.on_stream(stream):
         pair_table = table_tensor(pairs, PAIR_FIELDS, device)
         dev.keep_alive([desc], stream, always=True)
@@ -113,6 +115,7 @@ def launch_slots(
             WORD=word,
             ALIGN=meta.align,
             BLOCK=BLOCK,
+            ROUNDS=rounds,
         )
 
 
@@ -124,7 +127,7 @@ def launch_jobs(jobs: JobTable, *, device: torch.device, stream: dev.Stream) -> 
     if not jobs.rows or jobs.max_bytes == 0:
         return
     word = _word(jobs.align)
-    grid = _grid(len(jobs.rows), jobs.max_bytes, word)
+    grid, rounds = _grid(len(jobs.rows), jobs.max_bytes, word)
     with dev.on_stream(stream):
         table = table_tensor(jobs.rows, JOB_FIELDS, device)
         _check_table(table, JOB_FIELDS, device, "the job table")
@@ -140,4 +143,5 @@ def launch_jobs(jobs: JobTable, *, device: torch.device, stream: dev.Stream) -> 
             WORD=word,
             ALIGN=jobs.align,
             BLOCK=BLOCK,
+            ROUNDS=rounds,
         )
