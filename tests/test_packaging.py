@@ -78,6 +78,62 @@ def test_blocking_finder_really_blocks() -> None:
     assert "numpy is blocked for this test" in result.stderr
 
 
+_CLI_WITHOUT = textwrap.dedent(
+    """
+    import sys
+
+    BLOCKED = sys.argv[1].split(",")
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"{name} is blocked for this test", name=name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    from sim.cli import main
+
+    raise SystemExit(main(sys.argv[2:]))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "gpu", "--help"],
+        ["bench", "gpu", "--quick", "--device", "cpu", "--models", "jamba-v0.1"],
+        ["sizes"],
+        ["demo"],
+    ],
+    ids=" ".join,
+)
+def test_commands_that_never_simulate_run_without_simpy_or_dask(argv: list[str]) -> None:
+    """A GPU machine's own Python image (docs/GPU.md) has torch and Triton but no SimPy:
+    the GPU benchmark, ``sizes`` and ``demo`` must not need the simulator to load."""
+    result = subprocess.run(
+        [sys.executable, "-c", _CLI_WITHOUT, "simpy,dask,distributed", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_simulating_without_simpy_fails_loudly() -> None:
+    """...and the block is real: a command that simulates does need SimPy."""
+    result = subprocess.run(
+        [sys.executable, "-c", _CLI_WITHOUT, "simpy", "simulate", "--requests", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "simpy is blocked for this test" in result.stderr
+
+
 # --- documented commands ---------------------------------------------------------------
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable, Mapping
 from sim.engine.backends import Backend, make_backend
 from sim.engine.config import SimConfig
 from sim.engine.result import SimResult
-from sim.engine.scheduler import Engine
 from sim.engine.sequence import RequestLike
 
 
@@ -29,6 +28,11 @@ def run_simulation(
         backend: a backend object to use instead of ``config.backend`` (tests).
         progress: called with counts of requests that left the system.
     """
+    # SimPy is imported only when a simulation runs, so the commands that never simulate
+    # (``hyckpt bench gpu``, ``sizes``, ``demo``) work where SimPy is not installed, such as
+    # a GPU machine's own Python image.
+    from sim.engine.scheduler import Engine
+
     if backend is None:
         backend = make_backend(config.backend, config.impl, check_exactness=config.check_exactness)
     engine = Engine(config, requests, backend, progress=progress)
