@@ -21,11 +21,14 @@ assert torch.cuda.is_available(), "no CUDA device visible to torch"
 print("device", torch.cuda.get_device_name())
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv 2>&1 | tee -a "$out/versions.txt"
+# Each part has its own time limit, so a hang in one cannot use up the device lease.
 status=0
-python3 -m pytest -q -p no:cacheprovider --device=cuda \
+timeout "${GPU_CHECK_TEST_S:-360}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
     tests/test_gpu_crosscheck.py tests/test_gpu_stateful.py tests/test_gpu_bench.py \
     2>&1 | tee "$out/tests.txt" || status=1
-python3 -m sim.cli bench gpu --device cuda --pairs 8 --repeats 50 --warmup 5 \
-    2>&1 | tee "$out/bench-gpu.txt" || status=1
+timeout "${GPU_CHECK_BENCH_S:-180}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
+    --repeats 50 --warmup 5 2>&1 | tee "$out/bench-gpu.txt" || status=1
 echo "exit status $status" | tee "$out/summary.txt"
 exit $status
