@@ -31,25 +31,36 @@ REFERENCE_MODULES = tuple(
 
 # --- import hygiene --------------------------------------------------------------------
 
-_BLOCKED_IMPORT = textwrap.dedent(
+
+def _blocking(blocked: str, body: str) -> str:
+    """A ``python -c`` script: packages named by the expression ``blocked`` (a tuple of
+    top-level names) fail to import, then ``body`` runs."""
+    return textwrap.dedent(
+        f"""
+        import importlib, sys
+
+        BLOCKED = {blocked}
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ModuleNotFoundError(f"{{name}} is blocked for this test", name=name)
+                return None
+
+        sys.meta_path.insert(0, Block())
+        """
+    ) + textwrap.dedent(body)
+
+
+_BLOCKED_IMPORT = _blocking(
+    '("numpy", "triton")',
     """
-    import importlib, sys
-
-    BLOCKED = ("numpy", "triton")
-
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"{name} is blocked for this test", name=name)
-            return None
-
-    sys.meta_path.insert(0, Block())
     for module in sys.argv[1:]:
         importlib.import_module(module)
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
     assert not leaked, leaked
     print("imported", len(sys.argv) - 1, "modules")
-    """
+    """,
 )
 
 
@@ -78,23 +89,14 @@ def test_blocking_finder_really_blocks() -> None:
     assert "numpy is blocked for this test" in result.stderr
 
 
-_CLI_WITHOUT = textwrap.dedent(
+#: Runs ``hyckpt ARGV...`` with the comma-separated packages of ``sys.argv[1]`` blocked.
+_CLI_WITHOUT = _blocking(
+    'tuple(sys.argv[1].split(","))',
     """
-    import sys
-
-    BLOCKED = sys.argv[1].split(",")
-
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"{name} is blocked for this test", name=name)
-            return None
-
-    sys.meta_path.insert(0, Block())
     from sim.cli import main
 
     raise SystemExit(main(sys.argv[2:]))
-    """
+    """,
 )
 
 
