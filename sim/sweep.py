@@ -311,7 +311,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sweep axis (repeatable; replaces the scenario's sweep axes), "
         "e.g. eviction.policy=lru,flop-aware",
     )
-    parser.add_argument("--seeds", metavar="S1,S2", help="seeds (default: the scenario's)")
+    parser.add_argument(
+        "--seeds",
+        metavar="S1,S2",
+        help="seeds (default: the scenario's scenario.seeds, unless an axis sweeps scenario.seed)",
+    )
     parser.add_argument("--executor", default="process", choices=EXECUTORS)
     parser.add_argument("--workers", type=int, help="processes (default: the CPU count; dask 2)")
     parser.add_argument(
@@ -321,13 +325,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
 
 
+def default_seeds(scenario: Any, axes: Mapping[str, object]) -> list[int] | None:
+    """The seeds a sweep runs without ``--seeds``: every seed of ``scenario.seeds``, or
+    ``None`` (the axis decides) when the sweep has a ``scenario.seed`` axis."""
+    return None if SEED_AXIS in axes else list(scenario.seeds)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``hyckpt sweep``; 0 when every run passed the lockstep checker, else 1."""
     scenario = load_scenario_ref(args.scenario)
     axes: dict[str, list[object]] = (
         dict(parse_axis(a) for a in args.axis) if args.axis else dict(scenario.sweep_axes)
     )
-    seeds = parse_seeds(args.seeds) if args.seeds else None
+    seeds = parse_seeds(args.seeds) if args.seeds else default_seeds(scenario, axes)
     reference = str(Path(scenario.path).resolve()) if scenario.path is not None else args.scenario
     folder = run_sweep(
         reference,

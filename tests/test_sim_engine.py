@@ -7,15 +7,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reference.api import SlotState
+from reference.impl import implementation as reference_implementation
 from reference.sizes import get_model, prefill_flops
 from sim.engine import Faults, SimConfig, run_simulation
 from sim.engine.backends import make_backend
+from sim.engine.backends.shadow import ShadowBackend
 from sim.engine.metrics import SERIES_COLUMNS, percentile
 from sim.engine.scheduler import Engine
 from sim.engine.sequence import RequestLike
@@ -106,6 +109,46 @@ def test_preemption_and_resumption() -> None:
     assert m.preemptions > 0
     assert m.requests_finished == 80
     assert m.recomputed_tokens > m.prompt_tokens - m.hit_tokens  # preempted work is redone
+
+
+class _RestoreLog(ShadowBackend):
+    """The shadow backend, recording every restore the engine issues."""
+
+    def __init__(self) -> None:
+        super().__init__(reference_implementation())
+        self.restores: list[tuple[str, int]] = []
+
+    def restore(
+        self,
+        request_id: str,
+        batch_slot: int,
+        slot: int,
+        tokens: int,
+        block_table: Sequence[int],
+    ) -> None:
+        self.restores.append((request_id, tokens))
+        super().restore(request_id, batch_slot, slot, tokens, block_table)
+
+
+def test_flops_saved_counts_issued_restores_once_per_request() -> None:
+    """Mid-prefill preemptions drop restores that were planned but not issued; FLOPs saved
+    must follow the restores actually issued (each request's first one), and later
+    restores after a preemption go to ``resume_flops_saved``."""
+    config = dataclasses.replace(SMALL, faults=Faults(preempt_mid_prefill_rate=0.3), kv_blocks=2600)
+    log = _RestoreLog()
+    engine = Engine(config, requests("agentic_loop", 80, seed=2), log)
+    engine.run()
+    assert_clean(engine)
+    m, model = engine.metrics, get_model(config.model)
+    assert m.preemptions > 0
+    first: dict[str, int] = {}
+    for request_id, tokens in log.restores:
+        first.setdefault(request_id, tokens)
+    assert len(log.restores) > len(first) > 0  # some requests were restored twice
+    assert m.flops_saved == sum(prefill_flops(model, p) for p in first.values())
+    assert m.flops_saved + m.resume_flops_saved == sum(
+        prefill_flops(model, p) for _, p in log.restores
+    )
 
 
 def test_speculative_decoding_rolls_back_rejected_tokens() -> None:

@@ -23,6 +23,7 @@ from sim.engine.sources import build_workload
 from sim.sweep import (
     SEED_AXIS,
     expand_jobs,
+    load_scenario_ref,
     parse_axis,
     parse_seeds,
     parse_value,
@@ -172,6 +173,26 @@ def test_hyckpt_sweep_on_a_shipped_scenario(tmp_path: Path) -> None:
     assert [d["pools"]["checkpoint_slots"] for d in docs] == [4, 16]
     assert docs[0]["sweep"]["workload.requests"] == 40
     assert "![Hit rate vs checkpoint pool size]" in (folder / "summary.md").read_text()
+
+
+@needs_scenarios
+def test_hyckpt_sweep_runs_every_scenario_seed_by_default(tmp_path: Path) -> None:
+    """Without --seeds a sweep runs each combination for every seed in scenario.seeds, so
+    the report's "mean over seeds" is one; a scenario.seed axis replaces them."""
+
+    def sweep(out: Path, *axes: str) -> list[dict[str, Any]]:
+        argv = ["sweep", "memory-pressure", "--axis", "workload.requests=20"]
+        for axis in axes:
+            argv += ["--axis", axis]
+        assert cli.main([*argv, "--executor", "serial", "--out", str(out), "--quiet"]) == 0
+        return [json.loads(text) for text in _files(out / "memory-pressure").values()]
+
+    docs = sweep(tmp_path / "default")
+    scenario = load_scenario_ref("memory-pressure")
+    assert len(scenario.seeds) > 1
+    assert sorted(d["seed"] for d in docs) == sorted(scenario.seeds)
+    docs = sweep(tmp_path / "axis", "scenario.seed=7")
+    assert [d["seed"] for d in docs] == [7]
 
 
 @needs_scenarios

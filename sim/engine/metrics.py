@@ -10,8 +10,11 @@ Definitions (tokens are prompt tokens unless said otherwise):
 - **recomputed tokens**: prompt tokens actually prefilled, every chunk counted, so the
   work redone after a preemption is included (= prompt tokens - hit tokens when nothing
   is preempted).
-- **FLOPs saved**: ``prefill_flops(p)`` summed over every admission with a hit
-  (resumptions included): the forward FLOPs the hits did not recompute.
+- **FLOPs saved**: ``prefill_flops(p)`` of each request's first *issued* restore: the
+  forward FLOPs its prefix hit did not recompute. Counted when the copy is issued, so a
+  restore dropped by a preemption is not counted. **Resume FLOPs saved**: the same for
+  every later restore of a request (after a preemption), kept apart because it measures
+  recovery from memory pressure, not prefix sharing.
 - **checkpoint bytes in use**: bytes of the slots that are reserved or published:
   the recurrent axis, plus ``(p mod B)`` partial-KV rows for a checkpoint at ``p``.
 - **KV blocks in use**: blocks held by a running request; **cached**: blocks
@@ -112,6 +115,7 @@ class Metrics:
     spec_proposed: int = 0
     spec_accepted: int = 0
     flops_saved: int = 0
+    resume_flops_saved: int = 0
     prefill_flops: int = 0
     decode_flops: int = 0
     preemptions: int = 0
@@ -224,6 +228,7 @@ class Metrics:
             "decode_tokens": self.decode_tokens,
             "speculative": {"proposed": self.spec_proposed, "accepted": self.spec_accepted},
             "flops_saved": self.flops_saved,
+            "resume_flops_saved": self.resume_flops_saved,
             "prefill_flops": self.prefill_flops,
             "decode_flops": self.decode_flops,
             "preemptions": self.preemptions,

@@ -517,7 +517,6 @@ class Engine:
             seq.hit_slot = hit.slot
             self.index.pin(hit.slot)
             plan.restores.append(seq)
-            metrics.flops_saved += self.costs.prefill_flops(p)
         else:
             seq.hit_slot = -1
         self._plan_chunk(seq, p, end, plan)
@@ -595,6 +594,14 @@ class Engine:
             )
             total += self.costs.checkpoint_bytes(seq.hit_tokens)
             slots.append(seq.hit_slot)
+            # Counted when the copy is issued, not at admission: a preemption can drop a
+            # planned restore, and the readmission plans it again.
+            saved = self.costs.prefill_flops(seq.hit_tokens)
+            if seq.restores == 0:
+                self.metrics.flops_saved += saved
+            else:
+                self.metrics.resume_flops_saved += saved
+            seq.restores += 1
         self.metrics.restores += len(slots)
         self.metrics.restore_bytes += total
         duration = self.costs.copy_s(total, len(slots)) + self.config.faults.copy_delay_s
