@@ -132,6 +132,11 @@ class ModelSizes:
         ssm_state_dtype: recurrent state dtype (the SSM or DeltaNet state).
         total_params: total parameters.
         active_params: parameters used per token (MoE: routed subset + shared).
+        num_experts: routed experts per MoE layer ``E`` (0 for a dense model).
+        experts_per_token: routed experts each token uses ``k`` (0 for a dense model).
+        weight_bytes: published resident size of the weights, bytes, for a checkpoint
+            whose weights are not all in ``dtype`` (gpt-oss: MXFP4 experts); 0 means
+            ``total_params × dtype bytes``.
         params_source: where the parameter counts come from.
         unconfirmed: values that could not be confirmed from a primary source.
         notes: anything a reader of the numbers should know.
@@ -170,6 +175,9 @@ class ModelSizes:
     ssm_state_dtype: torch.dtype = torch.bfloat16
     total_params: int = 0
     active_params: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    weight_bytes: int = 0
     params_source: str = ""
     unconfirmed: tuple[str, ...] = ()
     notes: str = ""
@@ -234,6 +242,13 @@ class ModelSizes:
             raise InvalidConfigError(
                 f"{where}: active_params ({self.active_params}) exceeds total_params "
                 f"({self.total_params})"
+            )
+        if bool(self.num_experts) != bool(self.experts_per_token) or (
+            self.experts_per_token > self.num_experts
+        ):
+            raise InvalidConfigError(
+                f"{where}: experts_per_token ({self.experts_per_token}) must be in "
+                f"[1, num_experts ({self.num_experts})] for a MoE model, both 0 for a dense one"
             )
 
     def _require(self, *names: str) -> None:
@@ -647,6 +662,42 @@ def prefill_flops(m: ModelSizes, tokens: int) -> int:
     return 2 * m.active_params * tokens + per_key * keys
 
 
+# --- weights ---------------------------------------------------------------------------
+
+
+def resident_weight_bytes(m: ModelSizes) -> int:
+    """Bytes the weights occupy in GPU memory: ``m.weight_bytes`` when published,
+    else ``total_params × dtype bytes``."""
+    return m.weight_bytes or m.total_params * element_bytes(m.dtype)
+
+
+def step_weight_bytes(m: ModelSizes, tokens: int) -> float:
+    """Expected bytes of distinct weights one forward pass over ``tokens`` tokens reads.
+
+    A dense model reads all of its weights. A MoE model reads its shared weights ``S``
+    and every routed expert at least one of the tokens picked. With each token picking
+    ``k`` of ``E`` experts uniformly and independently (real routers are skewed, which
+    touches fewer experts, so this leans high), an expert is read with probability
+    ``1 - (1 - k/E)^tokens``::
+
+        e = (total - active) / (E - k)         # parameters of one expert
+        S = total - E·e                        # shared (attention, embeddings, ...)
+        bytes = (S + E·e·(1 - (1 - k/E)^tokens)) × resident bytes per parameter
+
+    One token reads ``active_params``; a large batch reads nearly every weight.
+    """
+    if tokens < 1:
+        raise InvalidConfigError(f"tokens must be >= 1, got {tokens}")
+    per_param = resident_weight_bytes(m) / m.total_params if m.total_params else 0.0
+    experts, k = m.num_experts, m.experts_per_token
+    if not experts or experts == k:
+        return m.total_params * per_param
+    expert = (m.total_params - m.active_params) / (experts - k)
+    shared = m.total_params - experts * expert
+    touched = 1.0 - (1.0 - k / experts) ** tokens
+    return (shared + experts * expert * touched) * per_param
+
+
 # --- the registry ----------------------------------------------------------------------
 
 
@@ -759,6 +810,8 @@ MODELS: dict[str, ModelSizes] = {
             head_dim=4096 // 32,
             total_params=52_000_000_000,
             active_params=12_000_000_000,
+            num_experts=16,
+            experts_per_token=2,
             params_source="model card: 12B active of 52B total",
             notes="Mamba1 layers: state [d_inner, d_state], conv over d_inner channels only",
         ),
@@ -771,7 +824,8 @@ MODELS: dict[str, ModelSizes] = {
                 "full_attention_interval=4, num_attention_heads=16, num_key_value_heads=2, "
                 "head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, "
                 "linear_key_head_dim=128, linear_value_head_dim=128, "
-                "linear_conv_kernel_dim=4, vocab_size=151936; MTP: one full-attention "
+                "linear_conv_kernel_dim=4, vocab_size=151936, num_experts=512, "
+                "num_experts_per_tok=10 (plus one shared expert); MTP: one full-attention "
                 "decoder layer (vLLM qwen3_next_mtp.py, num_nextn_predict_layers default 1)"
             ),
             hidden_size=2048,
@@ -790,6 +844,8 @@ MODELS: dict[str, ModelSizes] = {
             mtp_layers=1,
             total_params=80_000_000_000,
             active_params=3_000_000_000,
+            num_experts=512,
+            experts_per_token=10,
             params_source="model card: 80B total, 3B activated",
             unconfirmed=(
                 "mtp_layers=1: from vLLM's default (num_nextn_predict_layers=1) and the "
@@ -857,7 +913,13 @@ MODELS: dict[str, ModelSizes] = {
             head_dim=1536 // 12,
             total_params=7_000_000_000,
             active_params=1_000_000_000,
+            num_experts=64,
+            experts_per_token=6,
             params_source="model card: 7B parameters, 1B active",
+            unconfirmed=(
+                "num_experts=64, experts_per_token=6: quoted in third-party tests; the "
+                "config.json itself was not seen",
+            ),
         ),
         ModelSizes(
             name="falcon-h1-7b",
@@ -911,7 +973,17 @@ MODELS: dict[str, ModelSizes] = {
             head_dim=64,
             total_params=20_900_000_000,
             active_params=3_600_000_000,
-            params_source="OpenAI gpt-oss model card: 20.9B total, 3.6B active",
+            num_experts=32,
+            experts_per_token=4,
+            weight_bytes=int(12.8 * 2**30),
+            params_source=(
+                "OpenAI gpt-oss model card: 20.9B total, 3.6B active; checkpoint 12.8 GiB "
+                "(MXFP4 MoE weights, the rest bfloat16)"
+            ),
+            unconfirmed=(
+                "weight_bytes: the model card's checkpoint size as quoted by third parties; "
+                "the card itself was not read here",
+            ),
             notes="no recurrent layers: the recurrent axis is the sliding-window rings",
         ),
         ModelSizes(
@@ -934,7 +1006,17 @@ MODELS: dict[str, ModelSizes] = {
             head_dim=64,
             total_params=116_800_000_000,
             active_params=5_100_000_000,
-            params_source="OpenAI gpt-oss model card: 116.8B total, 5.1B active",
+            num_experts=128,
+            experts_per_token=4,
+            weight_bytes=int(60.8 * 2**30),
+            params_source=(
+                "OpenAI gpt-oss model card: 116.8B total, 5.1B active; checkpoint 60.8 GiB "
+                "(MXFP4 MoE weights, the rest bfloat16)"
+            ),
+            unconfirmed=(
+                "weight_bytes: the model card's checkpoint size as quoted by third parties; "
+                "the card itself was not read here",
+            ),
             notes="no recurrent layers: the recurrent axis is the sliding-window rings",
         ),
     )
@@ -1031,6 +1113,9 @@ def size_report(
         "flops_per_token": flops_per_token(m),
         "total_params": m.total_params,
         "active_params": m.active_params,
+        "num_experts": m.num_experts,
+        "experts_per_token": m.experts_per_token,
+        "resident_weight_bytes": resident_weight_bytes(m),
         "params_source": m.params_source,
         "source": m.source,
         "unconfirmed": list(m.unconfirmed),

@@ -15,7 +15,10 @@ from reference.sizes import (
     prefill_flops,
     recurrent_bytes_per_sequence,
 )
+from sim.engine import SimConfig, run_simulation
+from sim.engine.command import summary_lines
 from sim.engine.costs import GPU_PRESETS, CostModel, get_gpu
+from tests.test_sim_doubles import make_request
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -47,12 +50,14 @@ def test_bytes_and_durations() -> None:
         )
         + costs.step_overhead_s
     )
-    assert costs.step_s(flops, moved) == pytest.approx(expected)
+    # A dense model reads every weight whatever the step's token count.
+    assert costs.weight_read_bytes(1) == costs.weight_read_bytes(4096) == costs.weight_bytes
+    assert costs.step_s(flops, moved, tokens=7) == pytest.approx(expected)
     assert costs.copy_s(10**9, 2) == pytest.approx(
         2 * costs.copy_launch_s + 2 * 10**9 / (gpu.hbm_bytes_per_s * 0.8)
     )
     # A decode-only step of a small batch is bound by reading the weights.
-    assert costs.step_s(costs.decode_flops(1000, 1), costs.decode_bytes(1000, 1)) > (
+    assert costs.step_s(costs.decode_flops(1000, 1), costs.decode_bytes(1000, 1), tokens=1) > (
         costs.weight_bytes / gpu.hbm_bytes_per_s
     )
 
@@ -77,3 +82,32 @@ def test_draft_head_prices_the_paired_page_and_boundary_row() -> None:
     assert draft.recurrent_bytes > plain.recurrent_bytes
     assert draft.partial_bytes_per_token > plain.partial_bytes_per_token
     assert set(draft.describe()) >= {"model", "gpu", "mfu", "recurrent_bytes"}
+
+
+def test_memory_plan_adds_up_and_the_default_kv_pool_fills_the_rest() -> None:
+    config = SimConfig(model="nemotron-h-8b", gpu="h200")
+    plan = config.memory_plan()
+    used = sum(
+        plan[k]
+        for k in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+    )
+    page = config.block_size * config.costs().kv_bytes_per_token
+    assert plan["overcommit_bytes"] == 0
+    assert plan["usable_bytes"] - page < used <= plan["usable_bytes"]
+    assert plan["weights_bytes"] == 8_000_000_000 * 2
+
+
+def test_configurations_that_do_not_fit_are_reported_not_hidden() -> None:
+    """qwen3-next's 160 GB of bf16 weights do not fit a B200's usable 162 GB with the
+    default checkpoint pool: the KV pool is floored at one token budget, and the plan and
+    the run's summary say by how much memory is overcommitted."""
+    config = SimConfig(model="qwen3-next-80b-a3b", gpu="b200", max_num_seqs=8)
+    plan = config.memory_plan()
+    assert config.kv_capacity() == config.token_budget // config.block_size + 1
+    assert plan["overcommit_bytes"] > 0
+    result = run_simulation(config, [make_request("a", 0.0, range(40))])
+    assert result.pools["memory"] == plan
+    (warning,) = [line for line in summary_lines(result) if line.startswith("WARNING")]
+    assert "does not fit one GPU" in warning and "weights 149.0" in warning
+    fits = run_simulation(SimConfig(), [make_request("a", 0.0, range(40))])
+    assert not [line for line in summary_lines(fits) if line.startswith("WARNING")]

@@ -244,8 +244,8 @@ def test_metrics_of_a_hand_computable_run() -> None:
     assert result.ok
     costs = config.costs()
     model = get_model(config.model)
-    d1 = costs.step_s(costs.chunk_flops(0, 64), costs.chunk_bytes(64))
-    d2 = costs.step_s(costs.chunk_flops(48, 96), costs.chunk_bytes(96))
+    d1 = costs.step_s(costs.chunk_flops(0, 64), costs.chunk_bytes(64), tokens=64)
+    d2 = costs.step_s(costs.chunk_flops(48, 96), costs.chunk_bytes(96), tokens=48)
     copy = costs.copy_s(costs.recurrent_bytes, 1)
     t = result.totals
     assert t["requests"] == {

@@ -370,6 +370,8 @@ def test_published_layer_layouts() -> None:
         ({"linear_key_head_dim": -1}, ">= 0"),
         ({"active_params": 2000}, "exceeds"),
         ({"mamba1_layers": 1, "num_hidden_layers": 7}, "one kind"),
+        ({"num_experts": 8}, "experts_per_token"),
+        ({"num_experts": 4, "experts_per_token": 5}, "experts_per_token"),
     ],
 )
 def test_inconsistent_configs_are_rejected(change: dict[str, int], match: str) -> None:
@@ -414,6 +416,40 @@ def test_flops() -> None:
         assert prefill_flops(m, tokens) == sum(flops_per_token(m, t) for t in range(1, tokens + 1))
     with pytest.raises(InvalidConfigError):
         flops_per_token(m, -1)
+
+
+def test_resident_weights_use_the_published_size_when_not_all_in_dtype() -> None:
+    assert sizes.resident_weight_bytes(get_model("nemotron-h-8b")) == 8_000_000_000 * 2
+    # gpt-oss ships MXFP4 experts: 60.8 GiB, not 116.8B × 2 bytes.
+    assert sizes.resident_weight_bytes(get_model("gpt-oss-120b")) == int(60.8 * 2**30)
+
+
+@given(
+    name=st.sampled_from(sizes.model_names()).filter(lambda n: get_model(n).num_experts > 0),
+    tokens=st.integers(1, 100_000),
+)
+def test_moe_step_reads_between_active_and_total_weights(name: str, tokens: int) -> None:
+    """One token reads exactly its active parameters; more tokens read more distinct
+    experts, never more than every weight."""
+    m = get_model(name)
+    per_param = sizes.resident_weight_bytes(m) / m.total_params
+    one = sizes.step_weight_bytes(m, 1)
+    assert one == pytest.approx(m.active_params * per_param, rel=1e-9)
+    more = sizes.step_weight_bytes(m, tokens)
+    assert one <= more <= sizes.resident_weight_bytes(m) * (1 + 1e-9)
+    assert sizes.step_weight_bytes(m, tokens + 1) >= more
+
+
+def test_moe_expert_coverage_by_hand() -> None:
+    """qwen3-next: 512 experts, 10 per token; 8 tokens touch 1 - (1 - 10/512)^8 of them."""
+    m = get_model("qwen3-next-80b-a3b")
+    expert = (80e9 - 3e9) / (512 - 10)
+    shared = 80e9 - 512 * expert
+    touched = 1 - (1 - 10 / 512) ** 8
+    assert sizes.step_weight_bytes(m, 8) == pytest.approx(2 * (shared + 512 * expert * touched))
+    assert sizes.step_weight_bytes(get_model("falcon-h1-7b"), 8) == 2 * 7e9  # dense
+    with pytest.raises(InvalidConfigError, match="tokens"):
+        sizes.step_weight_bytes(m, 0)
 
 
 def test_unknown_model_is_a_typed_error_naming_the_known_ones() -> None:

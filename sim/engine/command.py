@@ -139,7 +139,25 @@ def summary_lines(result: SimResult) -> list[str]:
         if lockstep["ok"]
         else "lockstep: VIOLATIONS " + ", ".join(f"{k} {v}" for k, v in counts.items()),
     ]
+    warning = memory_warning(result.pools.get("memory"))
+    if warning:
+        lines.append(warning)
     return lines
+
+
+def memory_warning(plan: object) -> str | None:
+    """A warning when a run's memory plan exceeds one GPU's usable memory, else ``None``."""
+    if not isinstance(plan, dict) or not plan.get("overcommit_bytes"):
+        return None
+    parts = ", ".join(
+        f"{name.removesuffix('_bytes').replace('_', ' ')} {plan[name] / GIB:.1f}"
+        for name in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+    )
+    return (
+        f"WARNING: does not fit one GPU: {parts} GiB exceed the usable "
+        f"{plan['usable_bytes'] / GIB:.1f} GiB by {plan['overcommit_bytes'] / GIB:.1f} GiB "
+        "(read the results as a what-if, or as a model split over several GPUs)"
+    )
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:

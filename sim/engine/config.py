@@ -16,7 +16,7 @@ from typing import Any
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
-from reference.sizes import element_bytes, get_model
+from reference.sizes import get_model
 from sim.engine.costs import CostModel, get_gpu
 
 #: Backends a run can use (see :mod:`sim.engine.backends`).
@@ -230,10 +230,15 @@ class SimConfig:
 
     def costs(self) -> CostModel:
         """The cost model of this configuration."""
+        model = get_model(self.model)
         return CostModel(
-            get_model(self.model),
+            model,
             get_gpu(self.gpu),
             block_size=self.block_size,
+            # Speculative decoding needs a draft head, and its checkpoints then carry the
+            # paired draft page and the boundary hidden row (DESIGN §3). A pure SSM has no
+            # attention geometry to size a draft head from; it is priced without one.
+            with_draft=self.spec_tokens > 0 and model.num_key_value_heads > 0,
             mfu=self.mfu,
             mbu=self.mbu,
             copy_efficiency=self.copy_efficiency,
@@ -263,22 +268,49 @@ class SimConfig:
     def kv_capacity(self) -> int:
         """KV pages of the pool.
 
-        Default: ``0.9 * gpu memory - weights (total params) - max_num_seqs * recurrent
-        bytes - checkpoint pool``, divided by the bytes of one page; at least one
-        ``token_budget`` worth of pages.
+        Default: ``0.9 * gpu memory - resident weights - max_num_seqs * recurrent bytes -
+        checkpoint pool``, divided by the bytes of one page; at least one ``token_budget``
+        worth of pages (:meth:`memory_plan` then reports the overcommit).
         """
         if self.kv_blocks is not None:
             return self.kv_blocks
         costs = self.costs()
-        m = get_model(self.model)
-        gpu = get_gpu(self.gpu)
-        weights = m.total_params * element_bytes(m.dtype)
-        live = self.max_num_seqs * costs.recurrent_bytes
-        pool = self.checkpoint_capacity() * self.checkpoint_slot_bytes()
-        free = int(gpu.memory_bytes * GPU_MEMORY_UTILIZATION) - weights - live - pool
+        fixed = self._fixed_memory_bytes()
+        free = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION) - sum(fixed.values())
         page = self.block_size * max(costs.kv_bytes_per_token, 1)
         minimum = -(-self.token_budget // self.block_size) + 1
         return max(minimum, free // page)
+
+    def _fixed_memory_bytes(self) -> dict[str, int]:
+        costs = self.costs()
+        return {
+            "weights_bytes": costs.weight_bytes,
+            "live_state_bytes": self.max_num_seqs * costs.recurrent_bytes,
+            "checkpoint_pool_bytes": self.checkpoint_capacity() * self.checkpoint_slot_bytes(),
+        }
+
+    def memory_plan(self) -> dict[str, int]:
+        """What the run keeps in GPU memory against what one GPU offers, bytes.
+
+        ``usable_bytes`` is ``0.9 * memory_bytes`` (vLLM's default
+        ``gpu_memory_utilization``); ``overcommit_bytes`` is how far weights, live
+        recurrent state, the checkpoint pool and the KV pool exceed it (0 when they fit).
+        A positive overcommit means the configuration does not fit on one GPU of the
+        preset: an explicit ``kv_blocks`` (a what-if, or a model split over several
+        GPUs), or weights too large for the preset.
+        """
+        costs = self.costs()
+        gpu = get_gpu(self.gpu)
+        plan = {
+            "gpu_bytes": gpu.memory_bytes,
+            "usable_bytes": int(gpu.memory_bytes * GPU_MEMORY_UTILIZATION),
+            **self._fixed_memory_bytes(),
+            "kv_pool_bytes": self.kv_capacity() * self.block_size * costs.kv_bytes_per_token,
+        }
+        used = sum(plan[k] for k in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes"))
+        used += plan["kv_pool_bytes"]
+        plan["overcommit_bytes"] = max(0, used - plan["usable_bytes"])
+        return plan
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (every field, faults nested)."""

@@ -14,7 +14,11 @@ operations (a multiply-add counts 2), tokens are tokens.
   ``t`` attends to ``t`` keys, :func:`reference.sizes.prefill_flops`); a decode step of a
   sequence holding ``c`` tokens that verifies ``q`` tokens (1 + speculative) costs
   ``q * flops_per_token(c + 1)``;
-- ``bytes``: the weights are read once per step (``active_params * dtype bytes``); each
+- ``bytes``: the weights the step's ``T`` tokens use are read once per step
+  (:func:`reference.sizes.step_weight_bytes`: all of a dense model's weights; for a MoE
+  model its shared weights and the experts at least one token picked, in expectation
+  under uniform routing, so one token reads ``active_params`` and a large batch nearly
+  every expert); each
   scheduled sequence reads and writes its recurrent state once (``2 * recurrent_bytes``);
   a prefill chunk ``[s, e)`` reads ``s`` and writes ``e - s`` tokens of paged KV
   (``e * kv_bytes_per_token``); a decode step reads ``c`` and writes ``q`` tokens of KV.
@@ -43,10 +47,11 @@ from reference.sizes import (
     ModelSizes,
     boundary_hidden_bytes,
     draft_kv_bytes_per_token,
-    element_bytes,
     get_model,
     kv_bytes_per_token,
     recurrent_bytes_per_sequence,
+    resident_weight_bytes,
+    step_weight_bytes,
 )
 
 TERA = 10**12
@@ -185,7 +190,7 @@ class CostModel:
             "kv_bytes_per_token": kv,
             "partial_bytes_per_token": kv + draft_kv,
             "recurrent_bytes": recurrent_bytes_per_sequence(m) + hidden,
-            "weight_bytes": m.active_params * element_bytes(m.dtype),
+            "weight_bytes": resident_weight_bytes(m),
             "_flops_rate": self.gpu.peak_flops * self.mfu,
             "_bytes_rate": self.gpu.hbm_bytes_per_s * self.mbu,
             "_copy_rate": self.gpu.hbm_bytes_per_s * self.copy_efficiency / 2,
@@ -209,7 +214,10 @@ class CostModel:
     recurrent_bytes: int = field(init=False, compare=False, default=0)
     """Bytes of one recurrent-axis checkpoint (plus the boundary row with a draft head)."""
     weight_bytes: int = field(init=False, compare=False, default=0)
-    """Bytes of weights a step reads (active parameters)."""
+    """Bytes the weights occupy in GPU memory (:func:`reference.sizes.resident_weight_bytes`)."""
+    _weight_reads: dict[int, float] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
     _flops_rate: float = field(init=False, repr=False, compare=False, default=1.0)
     _bytes_rate: float = field(init=False, repr=False, compare=False, default=1.0)
     _copy_rate: float = field(init=False, repr=False, compare=False, default=1.0)
@@ -270,11 +278,18 @@ class CostModel:
 
     # --- durations -------------------------------------------------------------------
 
-    def step_s(self, flops: float, bytes_moved: float) -> float:
-        """Duration of a step with ``flops`` FLOPs and ``bytes_moved`` bytes besides the
-        weights, seconds."""
+    def weight_read_bytes(self, tokens: int) -> float:
+        """Bytes of weights a step over ``tokens`` tokens reads (expected, for MoE)."""
+        found = self._weight_reads.get(tokens)
+        if found is None:
+            found = self._weight_reads[tokens] = step_weight_bytes(self.model, max(tokens, 1))
+        return found
+
+    def step_s(self, flops: float, bytes_moved: float, *, tokens: int) -> float:
+        """Duration of a step over ``tokens`` tokens with ``flops`` FLOPs and
+        ``bytes_moved`` bytes besides the weights, seconds."""
         compute = flops / self._flops_rate
-        memory = (bytes_moved + self.weight_bytes) / self._bytes_rate
+        memory = (bytes_moved + self.weight_read_bytes(tokens)) / self._bytes_rate
         return (compute if compute > memory else memory) + self.step_overhead_s
 
     def copy_s(self, bytes_copied: int, copies: int = 1) -> float:
@@ -296,6 +311,7 @@ class CostModel:
             "step_overhead_s": self.step_overhead_s,
             "copy_launch_s": self.copy_launch_s,
             "weight_bytes": self.weight_bytes,
+            "weight_read_bytes_one_token": self.weight_read_bytes(1),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "recurrent_bytes": self.recurrent_bytes,
             "partial_bytes_per_token": self.partial_bytes_per_token,

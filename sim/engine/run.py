@@ -57,6 +57,7 @@ def run_simulation(
             "checkpoint_pool_bytes": engine.capacity * config.checkpoint_slot_bytes(),
             "batch_slots": config.max_num_seqs,
             "token_budget": config.token_budget,
+            "memory": config.memory_plan(),
         },
         totals=metrics.totals(engine.evictions(), final, engine.env.now),
         series=dict(metrics.series),

@@ -351,7 +351,7 @@ class Engine:
             checker.step = self.step
             flops = count * per_seq_flops + costs.full_key_flops * contexts
             duration = costs.step_s(
-                flops, count * per_seq_bytes + costs.kv_bytes_per_token * contexts
+                flops, count * per_seq_bytes + costs.kv_bytes_per_token * contexts, tokens=count
             )
             metrics.decode_flops += flops
             metrics.compute_busy_s += duration
@@ -611,18 +611,20 @@ class Engine:
     def _duration(self, plan: StepPlan) -> float:
         """Modeled duration of the step's forward pass, seconds."""
         costs, metrics = self.costs, self.metrics
-        flops = moved = 0
+        flops = moved = step_tokens = 0
         for chunk in plan.prefills.values():
             work = costs.chunk_flops(chunk.start, chunk.end)
             metrics.prefill_flops += work
             flops += work
             moved += costs.chunk_bytes(chunk.end)
+            step_tokens += chunk.end - chunk.start
         decode = 0
         for seq, tokens in plan.decodes.items():
             decode += costs.decode_flops(seq.computed, tokens)
             moved += costs.decode_bytes(seq.computed, tokens)
+            step_tokens += tokens
         metrics.decode_flops += decode
-        duration = costs.step_s(flops + decode, moved)
+        duration = costs.step_s(flops + decode, moved, tokens=step_tokens)
         metrics.compute_busy_s += duration
         return duration
 
