@@ -45,32 +45,66 @@ def _cell(value: object) -> str:
     return str(value).replace("|", "\\|")
 
 
+#: What the less obvious columns mean, printed under the table.
+TABLE_NOTES = (
+    "Hit rates are over admitted requests' first admissions; FLOPs saved counts each "
+    "request's first issued restore (restores after a preemption are `resume_flops_saved` "
+    "in the JSON). GPU memory: weights, live recurrent state, checkpoint pool and KV pool "
+    "as a share of 90% of one GPU's memory (bold: more than fits).",
+)
+
+
 def table(rows: Sequence[Row]) -> list[str]:
     """The summary's results table, one line per result."""
     lines = [
-        "| file | policy (placement × eviction) | pool (slots) | seed | token hit rate "
-        "| request hit rate | recomputed tokens | FLOPs saved | TTFT p50 (s) | TTFT p99 (s) "
-        "| lockstep ok |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| file | policy (placement × eviction) | pool (slots) | seed | admitted / arrived "
+        "| token hit rate | request hit rate | recomputed tokens | FLOPs saved "
+        "| preemptions | TTFT p50 (s) | TTFT p99 (s) | GPU memory | lockstep ok |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         recomputed = row.total("recomputed_tokens")
+        admitted, arrived = row.total("requests", "admitted"), row.total("requests", "arrived")
+        preemptions = row.total("preemptions")
         ok = row.lockstep_ok
         cells = [
             row.file,
             row.policy,
             row.pool_slots if row.pool_slots is not None else "n/a",
             row.seed,
+            "n/a" if admitted is None or arrived is None else f"{admitted:.0f} / {arrived:.0f}",
             _fmt(row.total("token_hit_rate"), ".4f"),
             _fmt(row.total("request_hit_rate"), ".4f"),
             "n/a" if recomputed is None else str(int(recomputed)),
             _fmt(row.total("flops_saved"), ".3e"),
+            "n/a" if preemptions is None else str(int(preemptions)),
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
+            _memory_cell(row),
             "n/a" if ok is None else ("yes" if ok else "**NO**"),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
+
+
+#: The memory plan's parts that add up to what a run keeps in GPU memory.
+MEMORY_PARTS = ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+
+
+def _memory_plan(row: Row) -> dict[str, float] | None:
+    pools = row.data.get("pools")
+    plan = pools.get("memory") if isinstance(pools, dict) else None
+    return plan if isinstance(plan, dict) and plan.get("usable_bytes") else None
+
+
+def _memory_cell(row: Row) -> str:
+    """Weights, live state, checkpoint and KV pools as a share of one GPU's usable memory."""
+    plan = _memory_plan(row)
+    if plan is None:
+        return "n/a"
+    used = sum(plan.get(part, 0) for part in MEMORY_PARTS)
+    share = f"{used / plan['usable_bytes']:.0%}"
+    return f"**{share}**" if plan.get("overcommit_bytes") else share
 
 
 def _versions(rows: Sequence[Row]) -> list[str]:
@@ -122,7 +156,14 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     bad = [row.file for row in rows if row.lockstep_ok is False]
     if bad:
         lines.append(f"- **lockstep violations** in: {', '.join(bad)}")
-    lines += ["", "## Results", "", *table(rows), "", "## Figures", ""]
+    overcommitted = [row.file for row in rows if (_memory_plan(row) or {}).get("overcommit_bytes")]
+    if overcommitted:
+        lines.append(
+            "- **does not fit one GPU** (weights, live state, checkpoint and KV pools exceed "
+            "90% of the preset's memory; read as a what-if or a model split over GPUs): "
+            + ", ".join(overcommitted)
+        )
+    lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, "", "## Figures", ""]
     for stem, (title, _) in FIGURES.items():
         lines.append(f"### {title}")
         lines.append("")
