@@ -362,7 +362,13 @@ def test_kv_budget_bytes_and_trace_workloads(tmp_path: Path) -> None:
     traced = TINY[:start] + '[workload]\ntrace = "traces/t.jsonl"\nrequests = 5\n\n' + TINY[end:]
     scenario = load_scenario(write(tmp_path, traced))
     assert scenario.workload.trace == str(trace)
+    assert not scenario.sim_config.closed_loop  # a trace's timestamps include the answers
     assert run_scenario(scenario).totals["requests"]["finished"] == 5
+    closed = traced.replace("requests = 5", 'requests = 5\nsessions = "closed"')
+    assert load_scenario(write(tmp_path, closed)).sim_config.closed_loop
+    assert load_scenario(write(tmp_path, TINY)).sim_config.closed_loop  # a generator: closed
+    error = load_error(tmp_path, traced.replace("requests = 5", 'requests = 5\nsessions = "shut"'))
+    assert error.key == "workload.sessions" and "closed" in str(error)
     error = load_error(tmp_path, traced.replace("traces/t.jsonl", "traces/missing.jsonl"))
     assert error.key == "workload.trace"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
+from sim.engine.command import add_arguments, config_from_args
 
 THROUGHPUT = re.compile(r"^shadow sim throughput: (\d+) prompt tokens/s$")
 
@@ -48,6 +50,16 @@ def test_simulate_writes_json_and_a_summary(
     assert data["workload"]["name"] == "multi_turn_chat" and data["workload"]["requests"] == 40
     assert data["totals"]["requests"]["finished"] == 40
     assert data["pools"]["kv_blocks"] == 2000 and data["pools"]["checkpoint_slots"] == 8
+
+
+@pytest.mark.parametrize(
+    "extra, closed",
+    [([], True), (["--sessions", "open"], False), (["--trace", "t.jsonl"], False)],
+)
+def test_simulate_sessions_default_closed_for_generators(extra: list[str], closed: bool) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(extra)).closed_loop is closed
 
 
 def test_simulate_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from sim.engine.config import BACKEND_NAMES, Faults, SimConfig
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
+from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 
 GIB = 2**30
@@ -45,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mooncake: timestamp/input_length/output_length/hash_ids",
     )
     parser.add_argument("--requests", type=int, default=1000, help="requests to simulate")
+    parser.add_argument(
+        "--sessions",
+        choices=SESSION_MODES,
+        help="closed: a session's next turn arrives its think time after the previous turn "
+        "finished; open: at the workload's own time (default: closed for --workload, open "
+        "for --trace, whose timestamps already include the answers)",
+    )
     parser.add_argument(
         "--backend", default="shadow", choices=BACKEND_NAMES, help="data backend (shadow)"
     )
@@ -93,6 +101,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         backend=args.backend,
         impl=args.impl,
         seed=args.seed,
+        closed_loop=closed_loop(args.sessions, trace=bool(args.trace)),
         faults=Faults(),
     )
 

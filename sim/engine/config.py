@@ -127,6 +127,10 @@ class SimConfig:
         sample_interval_s: simulated seconds between time-series samples.
         fuse_decode_steps: run consecutive decode-only steps without a SimPy event each
             (same results; faster).
+        closed_loop: closed-loop sessions (:mod:`sim.engine.sessions`): a session's next
+            turn arrives its think time after the previous turn left, not at the
+            workload's own (open-loop) time. Scenarios and ``hyckpt simulate`` turn it on
+            for generated workloads and off for replayed traces.
         check_exactness: real-tensor backends compare every restored request with a
             scratch prefill.
         mfu, mbu, copy_efficiency, step_overhead_s, copy_launch_s: cost model parameters
@@ -155,6 +159,7 @@ class SimConfig:
     namespace: str | None = None
     sample_interval_s: float = 1.0
     fuse_decode_steps: bool = True
+    closed_loop: bool = False
     check_exactness: bool = True
     mfu: float = 0.5
     mbu: float = 0.8
@@ -210,6 +215,10 @@ class SimConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InvalidConfigError(f"SimConfig.seed must be an int, got {self.seed!r}")
         _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9)
+        if not isinstance(self.closed_loop, bool):
+            raise InvalidConfigError(
+                f"SimConfig.closed_loop must be a bool, got {self.closed_loop!r}"
+            )
         if not isinstance(self.faults, Faults):
             raise InvalidConfigError("SimConfig.faults must be a Faults instance")
         object.__setattr__(self, "placement_params", dict(self.placement_params))

@@ -3,7 +3,9 @@
 Processes and resources (SimPy):
 
 - **arrivals**: pulls requests from the workload iterator in arrival order and queues
-  each at its ``arrival_s`` (seconds);
+  each at its ``arrival_s`` (seconds); with ``closed_loop`` sessions
+  (:mod:`sim.engine.sessions`) a follow-up turn is held until the previous turn of its
+  session has left, then released a think time later by a process of its own;
 - **engine**: one step after another while there is work. A step is planned at its start
   (:meth:`Engine._schedule`), runs on the **compute stream** (a ``simpy.Resource`` of
   capacity 1) for the cost model's duration, and is completed at its end
@@ -63,6 +65,7 @@ from sim.engine.kv_pool import KVPool
 from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
+from sim.engine.sessions import SessionGate
 
 ProcessGenerator = Generator[simpy.Event, Any, None]
 
@@ -173,8 +176,10 @@ class Engine:
         self._free_batch = list(range(config.max_num_seqs - 1, -1, -1))
         self._slot_bytes: dict[int, int] = {}
         self._checkpoint_bytes = 0
-        self._next_arrival_s = math.inf
-        self._arrivals_done = False
+        self._source_next_s = math.inf  # the workload's next arrival time
+        self._source_done = False
+        self._gate = SessionGate() if config.closed_loop else None
+        self._releases: list[float] = []  # times of scheduled releases (a heap)
         self._idle: simpy.Event | None = None
         self.step = 0
         self._block = config.block_size
@@ -187,6 +192,23 @@ class Engine:
 
     def _clock(self) -> float:
         return self._now
+
+    @property
+    def _next_arrival_s(self) -> float:
+        """The next time a request arrives: from the workload or a released turn."""
+        releases = self._releases
+        if releases and releases[0] < self._source_next_s:
+            return releases[0]
+        return self._source_next_s
+
+    @property
+    def _arrivals_done(self) -> bool:
+        """No request will arrive any more."""
+        return (
+            self._source_done
+            and not self._releases
+            and (self._gate is None or self._gate.held == 0)
+        )
 
     def run(self) -> None:
         """Run the simulation to the end: every request served or rejected, every copy done."""
@@ -223,29 +245,60 @@ class Engine:
     # --- processes -----------------------------------------------------------------------
 
     def _arrivals(self) -> ProcessGenerator:
-        env = self.env
+        env, gate = self.env, self._gate
         for index, request in enumerate(self._requests):
             arrival = request.arrival_s
-            self._next_arrival_s = arrival
+            self._source_next_s = arrival
             if arrival > env.now:
                 yield env.timeout(arrival - env.now)
-            self._arrive(index, request)
-        self._next_arrival_s = math.inf
-        self._arrivals_done = True
+            if gate is None:
+                self._arrive(index, request, arrival)
+                continue
+            at_s = gate.on_source(index, request)
+            if at_s is None:
+                continue  # held until the session's previous turn leaves
+            if at_s > env.now:
+                self._release_at(index, request, at_s)
+            else:
+                self._arrive(index, request, at_s)
+        self._source_next_s = math.inf
+        self._source_done = True
         self._wake()
+
+    def _release_at(self, index: int, request: RequestLike, at_s: float) -> None:
+        """Let ``request`` arrive at ``at_s`` (a closed-loop turn)."""
+        heapq.heappush(self._releases, at_s)
+        self.env.process(self._release(index, request, at_s))
+
+    def _release(self, index: int, request: RequestLike, at_s: float) -> ProcessGenerator:
+        env = self.env
+        if at_s > env.now:
+            yield env.timeout(at_s - env.now)
+        heapq.heappop(self._releases)
+        self._arrive(index, request, at_s)
+
+    def _leave(self, seq: Seq, at_s: float) -> None:
+        """``seq`` left the engine (finished or rejected) at ``at_s``."""
+        self._count_done()
+        if self._gate is not None:
+            release = self._gate.on_leave(seq.request, at_s)
+            if release is not None:
+                self._release_at(release.index, release.request, release.at_s)
 
     def _wake(self) -> None:
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
-    def _arrive(self, index: int, request: RequestLike) -> None:
+    def _arrive(self, index: int, request: RequestLike, arrival_s: float) -> None:
         seq = Seq(request, index, len(request.prompt), max(1, request.output_tokens))
+        seq.arrival_s = arrival_s
         self.metrics.requests_arrived += 1
         need = seq.prompt_len + seq.output_tokens + self.config.spec_tokens + self._block
         if seq.prompt_len < 1 or need > self._max_tokens:
             seq.phase = Phase.DONE
             self.metrics.requests_rejected += 1
-            self._count_done()
+            self._leave(seq, arrival_s)
+            self._wake()
             return
         self.waiting.append(seq)
         self._wake()
@@ -271,7 +324,7 @@ class Engine:
                     head = self.waiting.popleft()
                     head.phase = Phase.DONE
                     self.metrics.requests_rejected += 1
-                    self._count_done()
+                    self._leave(head, env.now)
                 plan = None
                 continue
             self._issue_restores(plan)
@@ -669,7 +722,7 @@ class Engine:
                 metrics.decode_tokens += 1
                 if seq.first_token_s < 0:
                     seq.first_token_s = now_s
-                    metrics.ttft_s.append(now_s - seq.request.arrival_s)
+                    metrics.ttft_s.append(now_s - seq.arrival_s)
                 if seq.generated >= seq.output_tokens:
                     self._finish(seq)
         if plan.decodes:
@@ -729,7 +782,7 @@ class Engine:
         seq.hashed = None
         seq.digests = ()
         self.metrics.requests_finished += 1
-        self._count_done()
+        self._leave(seq, self._now)
 
     def _count_done(self) -> None:
         self._progress_pending += 1

@@ -75,6 +75,8 @@ class Seq:
     Attributes:
         request: the workload's request.
         index: arrival order (0-based).
+        arrival_s: when the request arrived, seconds: the workload's ``arrival_s``, or
+            its release time with closed-loop sessions.
         prompt_len: prompt tokens ``n``.
         output_tokens: tokens to generate (at least 1: the prefill produces the first).
         phase: :class:`Phase`.
@@ -97,6 +99,7 @@ class Seq:
     index: int
     prompt_len: int
     output_tokens: int
+    arrival_s: float = 0.0
     phase: Phase = Phase.WAITING
     computed: int = 0
     generated: int = 0

@@ -22,6 +22,7 @@ from reference.sizes import get_model
 from sim.engine.config import Faults, SimConfig
 from sim.engine.costs import CostModel, get_gpu
 from sim.engine.sequence import RequestLike
+from sim.engine.sessions import closed_loop
 from sim.engine.sources import build_trace, build_workload, canonical_name
 from sim.scenarios.schema import (
     DEFAULT_EXPECT,
@@ -370,6 +371,9 @@ def _assemble(
             seed=seed,
             sample_interval_s=engine["sample_interval_s"],
             fuse_decode_steps=engine["fuse_decode_steps"],
+            closed_loop=closed_loop(
+                tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
+            ),
             check_exactness=backend["check_exactness"],
             mfu=engine["mfu"],
             mbu=engine["mbu"],

@@ -24,6 +24,7 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import BACKEND_NAMES
 from sim.engine.costs import GPU_PRESETS
+from sim.engine.sessions import SESSION_MODES
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES
 
 
@@ -194,6 +195,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "generator": Key(choice(list(WORKLOAD_NAMES)), None, "workload generator"),
         "trace": Key(text, None, "JSONL trace path (relative to the scenario file)"),
         "trace_format": Key(choice(list(TRACE_FORMATS)), "sessions", "trace format"),
+        "sessions": Key(
+            choice(list(SESSION_MODES)),
+            None,
+            "closed: a turn arrives its think time after the previous one finished; open: at "
+            "the workload's time (default: closed for a generator, open for a trace)",
+        ),
         "requests": Key(integer(1), MISSING, "requests to simulate"),
     },
     "backend": {
