@@ -59,6 +59,10 @@ class PrefillChunk:
         turn_starts: positions where user turns begin (hint for the ``turns`` policy).
         branch_points: positions where this prompt leaves a cached prefix, as seen at
             lookup (hint for the ``branch`` policy).
+
+    Both hints are sequences of ints; a list is stored as a tuple (the chunk stays
+    hashable). Anything else (``None``, a bare int, a string) is an
+    :class:`~reference.errors.InvalidTokenCountError`, as are bad counts.
     """
 
     start: int
@@ -77,8 +81,16 @@ class PrefillChunk:
                 f"end={self.end}, prompt_len={self.prompt_len}"
             )
         for name in ("turn_starts", "branch_points"):
-            for value in getattr(self, name):
+            hints = getattr(self, name)
+            if isinstance(hints, str | bytes) or not isinstance(hints, Sequence):
+                raise InvalidTokenCountError(
+                    f"{name} must be a sequence of token positions (a tuple or list of "
+                    f"ints), got {hints!r} ({type(hints).__name__}); pass () for no hints"
+                )
+            for value in hints:
                 check_count(f"{name} entry", value)
+            if not isinstance(hints, tuple):
+                object.__setattr__(self, name, tuple(hints))  # keep the chunk hashable
 
     @property
     def query_len(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,25 +66,59 @@ class FifoPolicy(LruPolicy):
 
 
 class SizeAwarePolicy:
-    """GreedyDual-Size: evict the lowest ``H = L + tokens / bytes``; ``L`` rises to the victim's."""
+    """GreedyDual-Size: evict the lowest ``H = L + tokens / bytes``; ``L`` rises to the victim's.
+
+    Among entries of equal ``H`` the one that has held that ``H`` longest goes first: a
+    hit that leaves ``H`` unchanged (``L`` has not moved since the entry was priced)
+    changes nothing.
+
+    Priorities live in a lazy heap of ``(H, sequence, slot)`` rows: re-pricing pushes a
+    new row, and a row is current only while its sequence is its slot's latest, so
+    ``victim`` skips re-priced and removed ones. So that hits cannot grow the heap
+    without bound, it is rebuilt from the current rows once it holds more than
+    ``_COMPACT_RATIO`` stale rows per live entry (plus ``_COMPACT_SLACK``). A rebuild
+    costs O(heap) and follows at least that many pushes, so a hit stays O(log entries)
+    amortised; it drops only rows ``victim`` would skip, so the eviction order is that
+    of the never-compacted heap.
+    """
 
     name = "size-aware"
+    _COMPACT_RATIO = 2
+    _COMPACT_SLACK = 32
 
     def __init__(self) -> None:
         self._inflation = 0.0
         self._priority: dict[int, float] = {}
+        self._current: dict[int, int] = {}  # slot → sequence of its current heap row
         self._value: dict[int, float] = {}
         self._heap: list[tuple[float, int, int]] = []  # (H, sequence, slot); stale rows skipped
         self._sequence = 0
 
     def _push(self, slot: int) -> None:
         priority = self._inflation + self._value[slot]
+        if self._priority.get(slot) == priority:
+            return  # same price: the current row stands (and keeps its place among ties)
         self._priority[slot] = priority
         self._sequence += 1
+        self._current[slot] = self._sequence
         heapq.heappush(self._heap, (priority, self._sequence, slot))
+        live = len(self._current)
+        if len(self._heap) - live > self._COMPACT_RATIO * live + self._COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop every stale row (re-priced or removed since it was pushed)."""
+        self._heap = [row for row in self._heap if self._current.get(row[2]) == row[1]]
+        heapq.heapify(self._heap)
+
+    @property
+    def heap_rows(self) -> int:
+        """Rows in the priority heap, current and stale (bounded by the compaction rule)."""
+        return len(self._heap)
 
     def insert(self, slot: int, cost: EntryCost, now: int) -> None:
-        self._value[slot] = cost.tokens / max(cost.bytes, 1)
+        value = cost.tokens / max(cost.bytes, 1)
+        self._value[slot] = value
         self._push(slot)
 
     def touch(self, slot: int, now: int) -> None:
@@ -92,6 +127,7 @@ class SizeAwarePolicy:
 
     def remove(self, slot: int) -> None:
         self._priority.pop(slot, None)
+        self._current.pop(slot, None)
         self._value.pop(slot, None)
 
     def victim(self, evictable: Callable[[int], bool]) -> int | None:
@@ -99,13 +135,13 @@ class SizeAwarePolicy:
         found: int | None = None
         while self._heap:
             row = heapq.heappop(self._heap)
-            priority, _, slot = row
-            if self._priority.get(slot) != priority:
+            priority, sequence, slot = row
+            if self._current.get(slot) != sequence:
                 continue  # stale: removed or re-priced since this row was pushed
             if evictable(slot):
                 found = slot
                 self._inflation = priority
-                heapq.heappush(self._heap, row)  # remove() will mark it stale
+                heapq.heappush(self._heap, row)  # remove() will make it stale
                 break
             skipped.append(row)
         for row in skipped:
@@ -125,12 +161,16 @@ class FlopAwarePolicy:
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float):
             raise InvalidConfigError(f"flop-aware alpha must be a number, got {self.alpha!r}")
-        if self.alpha < 0:
-            raise InvalidConfigError(f"flop-aware alpha must be >= 0, got {self.alpha}")
+        if not math.isfinite(self.alpha) or self.alpha < 0:
+            raise InvalidConfigError(
+                f"flop-aware alpha must be a finite number >= 0, got {self.alpha}"
+            )
 
     def insert(self, slot: int, cost: EntryCost, now: int) -> None:
+        # Compute first: a cost that cannot be priced leaves the policy unchanged.
+        efficiency = cost.flops_saved / max(cost.bytes, 1)
         self._last_use[slot] = now
-        self._efficiency[slot] = cost.flops_saved / max(cost.bytes, 1)
+        self._efficiency[slot] = efficiency
 
     def touch(self, slot: int, now: int) -> None:
         if slot in self._last_use:

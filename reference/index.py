@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,12 +89,18 @@ def capacity_for_budget(budget_bytes: int, bytes_per_slot: int | Mapping[str, in
             the paired draft page and the boundary hidden row).
 
     Raises:
-        InvalidConfigError: a byte count is not a positive int.
+        InvalidConfigError: a byte count is not a positive int, or the mapping is empty.
         BudgetTooSmallError: the budget is smaller than one slot.
     """
     parts = (
         dict(bytes_per_slot) if isinstance(bytes_per_slot, Mapping) else {"slot": bytes_per_slot}
     )
+    if not parts:
+        raise InvalidConfigError(
+            "bytes_per_slot is an empty mapping: a slot without slabs holds nothing and any "
+            "budget would give infinitely many; pass the bytes of every slab one slot "
+            "allocates, or do not build a pool for an axis the model lacks"
+        )
     for name, value in parts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InvalidConfigError(
@@ -111,6 +118,44 @@ def capacity_for_budget(budget_bytes: int, bytes_per_slot: int | Mapping[str, in
     return budget_bytes // per_slot
 
 
+def check_cost(cost: object, tokens: int) -> EntryCost:
+    """Return ``cost`` if an eviction policy can price it for a checkpoint of ``tokens``.
+
+    Raises:
+        InvalidConfigError: ``cost`` is not an :class:`EntryCost`; ``cost.tokens`` is not
+            ``tokens``; ``cost.bytes`` is not an int ``>= 1`` (an entry occupies a slot,
+            and every slot has bytes); ``cost.flops_saved`` is not a finite int or float
+            ``>= 0``.
+    """
+    if not isinstance(cost, EntryCost):
+        raise InvalidConfigError(
+            f"cost must be an EntryCost(tokens, bytes, flops_saved), got {cost!r} "
+            f"({type(cost).__name__}); pass None to use the index's bytes_per_slot"
+        )
+    if isinstance(cost.tokens, bool) or not isinstance(cost.tokens, int) or cost.tokens != tokens:
+        raise InvalidConfigError(
+            f"cost.tokens={cost.tokens!r} must be the int tokens={tokens}: the cost describes "
+            "the checkpoint being reserved"
+        )
+    if isinstance(cost.bytes, bool) or not isinstance(cost.bytes, int) or cost.bytes < 1:
+        raise InvalidConfigError(
+            f"cost.bytes must be an int >= 1 (the device bytes of the entry's slot), "
+            f"got {cost.bytes!r}"
+        )
+    flops = cost.flops_saved
+    if (
+        isinstance(flops, bool)
+        or not isinstance(flops, int | float)
+        or (isinstance(flops, float) and not math.isfinite(flops))
+    ):
+        raise InvalidConfigError(
+            f"cost.flops_saved must be a finite int or float, got {flops!r}; pass 0.0 when unknown"
+        )
+    if flops < 0:
+        raise InvalidConfigError(f"cost.flops_saved must be >= 0, got {flops!r}")
+    return cost
+
+
 class ReferenceIndex:
     """Checkpoint index over slots ``first_slot .. first_slot + capacity - 1``.
 
@@ -120,7 +165,14 @@ class ReferenceIndex:
         eviction: a policy name from :data:`reference.eviction.POLICIES` or a policy object.
         hash_unit: tokens per hash unit ``h``.
         bytes_per_slot: bytes one slot occupies; the default ``EntryCost.bytes``.
-        eviction_params: keyword arguments of the policy factory (``alpha`` for flop-aware).
+        eviction_params: keyword arguments of the policy factory (``alpha`` for flop-aware);
+            only with a policy name (a policy object is already configured).
+
+    Raises:
+        InvalidConfigError: a count is out of range, ``eviction`` is neither a name nor an
+            :class:`~reference.api.EvictionPolicy`, or ``eviction_params`` come with a
+            policy object.
+        UnknownPolicyError: ``eviction`` names no registered policy.
     """
 
     def __init__(
@@ -141,11 +193,21 @@ class ReferenceIndex:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        self._policy = (
-            make_eviction(eviction, **(eviction_params or {}))
-            if isinstance(eviction, str)
-            else eviction
-        )
+        if isinstance(eviction, str):
+            self._policy = make_eviction(eviction, **(eviction_params or {}))
+        elif isinstance(eviction, EvictionPolicy):
+            if eviction_params:
+                raise InvalidConfigError(
+                    f"eviction_params {dict(eviction_params)!r} were given with the policy "
+                    f"object {eviction!r}, which would ignore them; configure the object "
+                    "itself, or pass the policy by name with its parameters"
+                )
+            self._policy = eviction
+        else:
+            raise InvalidConfigError(
+                f"eviction must be a policy name or an EvictionPolicy (name, insert, touch, "
+                f"remove, victim), got {eviction!r} ({type(eviction).__name__})"
+            )
         self._first = first_slot
         self._capacity = capacity
         self._unit = hash_unit
@@ -304,6 +366,9 @@ class ReferenceIndex:
 
         Raises:
             InvalidTokenCountError: ``tokens`` is not an int in ``1..len(prompt)``.
+            InvalidConfigError: ``cost`` is not an :class:`EntryCost` with
+                ``cost.tokens == tokens``, an int ``bytes >= 1`` and a finite
+                ``flops_saved >= 0`` (see :func:`check_cost`).
         """
         check_count("tokens", tokens, minimum=1)
         hashed = self.hashed(namespace, prompt, extras)
@@ -312,8 +377,8 @@ class ReferenceIndex:
                 f"tokens={tokens} exceeds the prompt length {len(hashed)}; a checkpoint "
                 "cannot cover tokens the prompt does not have"
             )
-        if cost is not None and cost.tokens != tokens:
-            raise InvalidConfigError(f"cost.tokens={cost.tokens} must equal tokens={tokens}")
+        if cost is not None:
+            check_cost(cost, tokens)
         key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
         existing = self._by_key.get(key)
         if existing is not None:
@@ -357,11 +422,15 @@ class ReferenceIndex:
             reservation.state = ReservationState.ABORTED
             self._release(entry)
             return False
+        # The policy first: if it raises, nothing has changed and the reservation is
+        # still open (abort it, or publish again).
+        now = self._clock + 1
+        self._policy.insert(entry.slot, entry.cost, now)
+        self._clock = now
         reservation.state = ReservationState.PUBLISHED
         entry.state = SlotState.PUBLISHED
         entry.reservation = None
         self._tails.setdefault(entry.unit_prefix, Counter())[entry.tail] += 1
-        self._policy.insert(entry.slot, entry.cost, self._tick())
         return True
 
     def abort(self, reservation: Reservation) -> None:
@@ -416,7 +485,15 @@ class ReferenceIndex:
 
         Returns ``True`` if the key was reserved or published. An open reservation of the
         key is cancelled: its ``publish`` will return ``False``.
+
+        Raises:
+            InvalidConfigError: ``key`` is not a :class:`CheckpointKey`.
         """
+        if not isinstance(key, CheckpointKey):
+            raise InvalidConfigError(
+                f"invalidate needs a CheckpointKey, got {key!r} ({type(key).__name__}); "
+                "build it with make_key(namespace, prompt, tokens, extras)"
+            )
         entry = self._by_key.pop(key, None)
         if entry is None:
             return False

@@ -6,10 +6,16 @@ implementation with ``pytest --impl module:factory``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, NamedTuple
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reference.api import (
@@ -36,6 +42,7 @@ from reference.errors import (
     SlotStateError,
     UnknownPolicyError,
 )
+from reference.eviction import FlopAwarePolicy, LruPolicy, SizeAwarePolicy
 from reference.hashing import HashedPrompt
 from reference.index import ReferenceIndex, capacity_for_budget
 from tests.conftest import require, require_eviction
@@ -54,10 +61,14 @@ def write(index: CheckpointIndex, prompt: list[int], tokens: int, **kw: object) 
     return outcome.slot
 
 
-def snapshot(index: CheckpointIndex) -> tuple[object, ...]:
-    """Everything observable about slots without touching recency."""
+def snapshot(index: CheckpointIndex, *, pins: bool = True) -> tuple[object, ...]:
+    """Everything observable about slots without touching recency (pin counts only with
+    ``pins``: an implementation without the ``pin`` capability need not count them)."""
     slots = range(index.first_slot, index.first_slot + index.capacity)
-    return (index.free_count(), tuple((index.slot_state(s), index.pins(s)) for s in slots))
+    return (
+        index.free_count(),
+        tuple((index.slot_state(s), index.pins(s) if pins else None) for s in slots),
+    )
 
 
 # --- the Rust seed's tests, same numbers -----------------------------------------------
@@ -141,6 +152,60 @@ def test_hashed_prompt_gives_the_same_keys_as_a_token_list(impl: Implementation)
     assert index.lookup(MODEL, hashed, 0, 64) == (48, 0)
 
 
+@contextmanager
+def _python_steps() -> Iterator[list[int]]:
+    """Count the Python calls and lines executed (in every frame called) inside the block.
+
+    The garbage collector is off meanwhile: finalizers it runs would add steps.
+    """
+    count = [0]
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        count[0] += 1
+        return trace
+
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        yield count
+    finally:
+        sys.settrace(previous)
+        if enabled:
+            gc.enable()
+
+
+def test_lookup_cost_does_not_grow_with_the_number_of_entries(impl: Implementation) -> None:
+    """DESIGN §3: the same lookups do the same work among 10 and among 10,000 entries.
+
+    Work is counted deterministically as Python steps (calls and lines, in every frame the
+    lookup calls). The extra entries are on other prompts, so the prompt's own entries
+    and every result are the same in both indexes; a lookup that scans the entries does
+    at least one step per entry and fails. (A scan done entirely in C is not seen.)
+    """
+    other = list(range(1, 65))
+    lookups = [(PROMPT, 0, 64), (PROMPT, 20, 40), (PROMPT, 48, 64), (other, 0, 64)]
+    steps: dict[int, list[int]] = {}
+    results: dict[int, list[object]] = {}
+    for entries in (10, 10_000):
+        index = impl.make_index(entries)
+        for tokens in (16, 32, 48):
+            write(index, PROMPT, tokens)
+        for i in range(entries - 3):
+            write(index, [1000 + i] * 16, 16)
+        assert index.free_count() == 0
+        steps[entries], results[entries] = [], []
+        for prompt, minimum, maximum in lookups:
+            with _python_steps() as count:
+                found = index.lookup(MODEL, prompt, minimum, maximum)
+            steps[entries].append(count[0])
+            results[entries].append(found)
+    assert results[10] == results[10_000] == [(48, 2), (32, 1), None, None]
+    assert steps[10_000] == steps[10], "lookup work grew with the number of entries"
+
+
 def test_hashed_prompt_for_another_namespace_is_rejected() -> None:
     index = ReferenceIndex(2, hash_unit=16)
     hashed = HashedPrompt(PROMPT, namespace="other", unit=16)
@@ -186,7 +251,20 @@ def test_reserve_of_a_cached_key_does_not_hand_out_its_slot(impl: Implementation
     assert index.free_count() == 1
 
 
+def test_reserved_slots_are_not_evicted(impl: Implementation) -> None:
+    """``NoSlot`` without pins: every slot is being written."""
+    index = impl.make_index(2)
+    first = index.reserve(MODEL, PROMPT, 16)
+    second = index.reserve(MODEL, PROMPT, 32)
+    assert isinstance(first, Reservation) and isinstance(second, Reservation)
+    assert isinstance(index.reserve(MODEL, PROMPT, 48), NoSlot), "reserved slots are not evicted"
+    index.publish(first)
+    third = index.reserve(MODEL, PROMPT, 48)
+    assert isinstance(third, Reservation) and third.slot == first.slot, "published: evictable"
+
+
 def test_no_slot_is_a_normal_outcome(impl: Implementation) -> None:
+    require(impl, "pin")
     index = impl.make_index(2)
     first = index.reserve(MODEL, PROMPT, 16)
     second = index.reserve(MODEL, PROMPT, 32)
@@ -198,6 +276,19 @@ def test_no_slot_is_a_normal_outcome(impl: Implementation) -> None:
     index.unpin(first.slot)
     third = index.reserve(MODEL, PROMPT, 48)
     assert isinstance(third, Reservation) and third.slot == first.slot
+
+
+def test_reserve_takes_the_lowest_free_slot(impl: Implementation) -> None:
+    require(impl, "two-phase-publish")
+    index = impl.make_index(3)
+    reservations = [index.reserve(MODEL, PROMPT, tokens) for tokens in (16, 32, 48)]
+    assert [getattr(r, "slot", None) for r in reservations] == [0, 1, 2]
+    index.abort(reservations[2])  # slot 2 is freed first ...
+    index.abort(reservations[0])  # ... slot 0 last, yet it is the lowest
+    again = index.reserve(MODEL, PROMPT, 40)
+    assert isinstance(again, Reservation) and again.slot == 0
+    last = index.reserve(MODEL, PROMPT, 24)
+    assert isinstance(last, Reservation) and last.slot == 2
 
 
 # --- pins, invalidate, clear -----------------------------------------------------------
@@ -234,6 +325,7 @@ def test_invalidate_during_the_write_discards_it(impl: Implementation) -> None:
 
 
 def test_clear_empties_the_index_but_waits_for_readers(impl: Implementation) -> None:
+    require(impl, "pin")
     index = impl.make_index(3)
     pinned = write(index, PROMPT, 16)
     write(index, PROMPT, 32)
@@ -279,6 +371,167 @@ def test_size_aware_evicts_the_entry_worth_least_per_byte(impl: Implementation) 
     assert index.lookup(MODEL, PROMPT, 0, 64) == (48, 0), "the older but larger one stays"
 
 
+def _write_sized(index: CheckpointIndex, *tokens: int) -> None:
+    for t in tokens:
+        write(index, PROMPT, t, cost=EntryCost(tokens=t, bytes=10))
+
+
+def test_size_aware_ages_old_entries_out(impl: Implementation) -> None:
+    """GreedyDual-Size inflation: an old entry loses to newer ones worth less per byte.
+
+    Values ``tokens / bytes``: 48 → 4.8, 16 → 1.6, 40 → 4.0, 8 → 0.8; capacity 2, ``L = 0``.
+    48 (slot 0) gets ``H = 4.8`` and 16 (slot 1) ``H = 1.6``. Writing 40 evicts 16 and raises
+    ``L`` to 1.6, so 40 enters slot 1 at ``H = 1.6 + 4.0 = 5.6``. Writing 8 evicts the lowest
+    ``H``: 48 (4.8), although it is worth more per byte than 40 — it has aged out. Without
+    the inflation 40 would sit at 4.0 and be evicted instead, leaving ``(48, 0)``.
+    """
+    require_eviction(impl, "size-aware")
+    index = impl.make_index(2, eviction="size-aware")
+    _write_sized(index, 48, 16, 40, 8)
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (40, 1)
+    assert index.lookup(MODEL, PROMPT, 0, 8) == (8, 0)
+
+
+def test_size_aware_hit_reprices_the_entry(impl: Implementation) -> None:
+    """A hit re-prices the entry at the current ``L``.
+
+    16 (slot 0, ``H = 1.6``) and 48 (slot 1, ``H = 4.8``); writing 40 evicts 16, ``L = 1.6``,
+    and 40 enters slot 0 at ``H = 5.6``. A hit on 48 re-prices it to ``1.6 + 4.8 = 6.4``, so
+    writing 8 evicts 40 (5.6). Without the re-pricing 48 would keep 4.8 and go, leaving
+    ``(40, 0)``.
+    """
+    require_eviction(impl, "size-aware")
+    index = impl.make_index(2, eviction="size-aware")
+    _write_sized(index, 16, 48, 40)
+    assert index.lookup(MODEL, PROMPT, 44, 48) == (48, 1)
+    _write_sized(index, 8)
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (48, 1)
+
+
+def test_size_aware_ties_go_to_the_entry_priced_first() -> None:
+    """The reference's tie rule (GreedyDual-Size leaves it open): of equal ``H``, the entry
+    that has held it longest goes first; a hit while ``L`` has not moved changes nothing."""
+    index = ReferenceIndex(2, eviction="size-aware")
+    other = [7] * 64
+    write(index, PROMPT, 16, cost=EntryCost(tokens=16, bytes=10))  # slot 0, H = 1.6
+    write(index, other, 16, cost=EntryCost(tokens=16, bytes=10))  # slot 1, H = 1.6
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (16, 0)  # L = 0 still: H stays 1.6
+    write(index, PROMPT, 32, cost=EntryCost(tokens=32, bytes=10))
+    assert index.lookup(MODEL, PROMPT, 0, 20) is None
+    assert index.lookup(MODEL, other, 0, 64) == (16, 1)
+
+
+def test_flop_aware_with_alpha_zero_counts_hits_as_use(impl: Implementation) -> None:
+    """``alpha = 0`` is LRU, hits included: the hit on 16 makes 32 the least recent."""
+    require_eviction(impl, "flop-aware")
+    index = impl.make_index(2, eviction="flop-aware", alpha=0.0)
+    write(index, PROMPT, 16)
+    write(index, PROMPT, 32)
+    assert index.lookup(MODEL, PROMPT, 0, 16) == (16, 0)
+    write(index, PROMPT, 48)
+    assert index.lookup(MODEL, PROMPT, 0, 32) == (16, 0)
+    assert index.lookup(MODEL, PROMPT, 32, 64) == (48, 1)
+
+
+def test_size_aware_heap_stays_bounded_under_hits() -> None:
+    """100,000 hits on one entry, with an eviction raising ``L`` every 10 hits (so 10,000
+    of the hits re-price it): stale heap rows are compacted away, not kept."""
+    policy = SizeAwarePolicy()
+    index = ReferenceIndex(2, eviction=policy)
+    write(index, PROMPT, 16, cost=EntryCost(tokens=16, bytes=1))  # H = L + 16: always kept
+    bound = policy._COMPACT_SLACK + (policy._COMPACT_RATIO + 1) * 2 + 1
+    for hit in range(100_000):
+        assert index.lookup(MODEL, PROMPT, 0, 64) == (16, 0)
+        if hit % 10 == 0:  # evicts the previous short entry: L rises by 16 / 100
+            write(index, [hit + 1000] * 16, 16, cost=EntryCost(tokens=16, bytes=100))
+        assert policy.heap_rows <= bound
+    assert index.evictions["capacity"] == 9_999
+
+
+def test_flop_aware_insert_that_raises_leaves_the_policy_unchanged() -> None:
+    """A cost that cannot be priced (reachable only by calling the policy directly; the
+    index rejects it at ``reserve``) leaves no half-inserted entry behind."""
+    policy = FlopAwarePolicy()
+    with pytest.raises(TypeError):
+        policy.insert(0, EntryCost(tokens=16, flops_saved="1e9"), 1)  # type: ignore[arg-type]
+    assert policy.victim(lambda slot: True) is None
+    policy.insert(1, EntryCost(tokens=16), 2)
+    assert policy.victim(lambda slot: True) == 1
+
+
+class _NeverCompacts(SizeAwarePolicy):
+    """The size-aware policy with its heap never compacted (the order to preserve)."""
+
+    def _compact(self) -> None:
+        return None
+
+
+class _AlwaysCompacts(SizeAwarePolicy):
+    """Compacts as soon as one stale row exists."""
+
+    _COMPACT_RATIO = 0
+    _COMPACT_SLACK = 0
+
+
+_HEAP_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "touch", "remove", "victim"]),
+        st.integers(0, 5),  # slot
+        st.integers(1, 3),  # tokens (few values, so that priorities tie)
+        st.sampled_from([1, 2]),  # bytes
+        st.frozensets(st.integers(0, 5), max_size=2),  # not evictable (pinned) at a victim
+    ),
+    min_size=30,  # long runs: compaction and victims interleave many times
+    max_size=300,
+)
+
+
+@given(ops=_HEAP_OPS)
+@example(  # equal H: the hit on slot 0 leaves its H, so slot 0 (priced first) goes first
+    ops=[
+        ("insert", 0, 2, 1, frozenset()),
+        ("insert", 1, 2, 1, frozenset()),
+        ("touch", 0, 1, 1, frozenset()),
+        ("victim", 0, 1, 1, frozenset()),
+    ]
+)
+@example(  # a removed entry's row must not come back when its slot is priced the same again
+    ops=[
+        ("insert", 0, 2, 1, frozenset()),
+        ("remove", 0, 1, 1, frozenset()),
+        ("insert", 1, 2, 1, frozenset()),
+        ("insert", 0, 2, 1, frozenset()),
+        ("victim", 0, 1, 1, frozenset()),
+    ]
+)
+def test_size_aware_compaction_keeps_the_eviction_order(
+    ops: list[tuple[str, int, int, int, frozenset[int]]],
+) -> None:
+    policies = [_NeverCompacts(), SizeAwarePolicy(), _AlwaysCompacts()]
+    live: set[int] = set()
+    for op, slot, tokens, size, pinned in ops:
+        if op == "insert" and slot not in live:
+            live.add(slot)
+            for policy in policies:
+                policy.insert(slot, EntryCost(tokens=tokens, bytes=size), 0)
+        elif op == "touch":
+            for policy in policies:
+                policy.touch(slot, 0)
+        elif op == "remove":
+            live.discard(slot)
+            for policy in policies:
+                policy.remove(slot)
+        elif op == "victim":
+            victims = {p.victim(lambda s, pinned=pinned: s not in pinned) for p in policies}
+            assert len(victims) == 1, f"compaction changed the victim: {victims}"
+            (victim,) = victims
+            assert victim is None or (victim in live and victim not in pinned)
+            if victim is not None:
+                live.discard(victim)
+                for policy in policies:
+                    policy.remove(victim)
+
+
 @pytest.mark.parametrize(("alpha", "survivor"), [(0.0, 32), (5.0, 16)])
 def test_flop_aware_weighs_flops_saved_against_recency(
     impl: Implementation, alpha: float, survivor: int
@@ -310,6 +563,21 @@ def test_capacity_counts_every_slab_of_a_slot() -> None:
         capacity_for_budget(10_000, {"recurrent": 3000, "draft_page": 0})
 
 
+@pytest.mark.parametrize(
+    ("per_slot", "message"),
+    [({}, "empty mapping"), (0, "positive int"), ({"kv": 0}, "'kv' must be a positive int")],
+    ids=["no slabs", "zero", "zero slab"],
+)
+def test_a_slot_without_bytes_is_a_configuration_error(
+    per_slot: int | dict[str, int], message: str
+) -> None:
+    """A pool of a model without that axis has no slabs: a clear error, not a ZeroDivisionError."""
+    with pytest.raises(InvalidConfigError, match=message):
+        capacity_for_budget(1 << 20, per_slot)
+    with pytest.raises(InvalidConfigError, match=message):
+        ReferenceIndex.from_budget(1 << 20, per_slot)
+
+
 # --- bad input: typed error, clear message, index unchanged ----------------------------
 
 
@@ -329,70 +597,161 @@ def _aborted(index: CheckpointIndex) -> Reservation:
 
 Thunk = Callable[[], object]
 
-#: case → (prepare the index and return the misuse to attempt, error type, message part).
-MISUSES: dict[str, tuple[Callable[[CheckpointIndex], Thunk], type[HyckptError], str]] = {
-    "negative tokens": (
+
+class Misuse(NamedTuple):
+    """Prepare the index and return the misuse to attempt; the error; part of its message;
+    the capabilities the case needs."""
+
+    prepare: Callable[[CheckpointIndex], Thunk]
+    error: type[HyckptError]
+    message: str
+    needs: tuple[str, ...] = ()
+
+
+def _reserve_with(cost: object) -> Callable[[CheckpointIndex], Thunk]:
+    return lambda i: lambda: i.reserve(MODEL, PROMPT, 24, cost=cost)  # type: ignore[arg-type]
+
+
+def _full_then_reserve_with(cost: object) -> Callable[[CheckpointIndex], Thunk]:
+    """Fill every free slot first, so a reserve would have to evict."""
+
+    def prepare(index: CheckpointIndex) -> Thunk:
+        while index.free_count():
+            write(index, PROMPT, 60 + index.free_count())
+        return lambda: index.reserve(MODEL, PROMPT, 24, cost=cost)  # type: ignore[arg-type]
+
+    return prepare
+
+
+#: case → Misuse. The index holds slot 0 published, slot 1 published (and pinned when the
+#: implementation declares ``pin``), slot 2 reserved, slots 3 and 4 free.
+MISUSES: dict[str, Misuse] = {
+    "negative tokens": Misuse(
         lambda i: lambda: i.reserve(MODEL, PROMPT, -16),
         InvalidTokenCountError,
         ">= 1",
     ),
-    "zero tokens": (lambda i: lambda: i.reserve(MODEL, PROMPT, 0), InvalidTokenCountError, ">= 1"),
-    "float tokens": (
+    "zero tokens": Misuse(
+        lambda i: lambda: i.reserve(MODEL, PROMPT, 0), InvalidTokenCountError, ">= 1"
+    ),
+    "float tokens": Misuse(
         lambda i: lambda: i.reserve(MODEL, PROMPT, 16.0),  # type: ignore[arg-type]
         InvalidTokenCountError,
         "integer",
     ),
-    "bool tokens": (
+    "bool tokens": Misuse(
         lambda i: lambda: i.reserve(MODEL, PROMPT, True),
         InvalidTokenCountError,
         "integer",
     ),
-    "tokens past the prompt": (
+    "tokens past the prompt": Misuse(
         lambda i: lambda: i.reserve(MODEL, PROMPT, 65),
         InvalidTokenCountError,
         "prompt length 64",
     ),
-    "non-int token id": (
+    "non-int token id": Misuse(
         lambda i: lambda: i.reserve(MODEL, [1, 2, "x"], 2),  # type: ignore[list-item]
         InvalidTokenCountError,
         "token ids",
     ),
-    "negative minimum": (
+    "cost that is not an EntryCost": Misuse(_reserve_with(24), InvalidConfigError, "EntryCost"),
+    "cost of other tokens": Misuse(
+        _reserve_with(EntryCost(tokens=16)), InvalidConfigError, "tokens=24"
+    ),
+    "float cost tokens": Misuse(
+        _reserve_with(EntryCost(tokens=24.0)),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "tokens=24",
+    ),
+    "zero cost bytes": Misuse(
+        _reserve_with(EntryCost(tokens=24, bytes=0)), InvalidConfigError, "bytes must be an int"
+    ),
+    "negative cost bytes": Misuse(
+        _reserve_with(EntryCost(tokens=24, bytes=-8)), InvalidConfigError, ">= 1"
+    ),
+    "string cost bytes": Misuse(
+        _reserve_with(EntryCost(tokens=24, bytes="8")),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "bytes must be an int",
+    ),
+    "float cost bytes": Misuse(
+        _reserve_with(EntryCost(tokens=24, bytes=8.0)),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "bytes must be an int",
+    ),
+    "negative flops saved": Misuse(
+        _reserve_with(EntryCost(tokens=24, flops_saved=-1.0)), InvalidConfigError, ">= 0"
+    ),
+    "nan flops saved": Misuse(
+        _reserve_with(EntryCost(tokens=24, flops_saved=math.nan)), InvalidConfigError, "finite"
+    ),
+    "infinite flops saved": Misuse(
+        _reserve_with(EntryCost(tokens=24, flops_saved=math.inf)), InvalidConfigError, "finite"
+    ),
+    "string flops saved": Misuse(
+        _reserve_with(EntryCost(tokens=24, flops_saved="1e9")),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "finite",
+    ),
+    "bad cost when a slot must be evicted": Misuse(
+        _full_then_reserve_with(EntryCost(tokens=24, bytes=0)), InvalidConfigError, "bytes"
+    ),
+    "negative minimum": Misuse(
         lambda i: lambda: i.lookup(MODEL, PROMPT, -1, 8),
         InvalidTokenCountError,
         ">= 0",
     ),
-    "string maximum": (
+    "string maximum": Misuse(
         lambda i: lambda: i.lookup(MODEL, PROMPT, 0, "8"),  # type: ignore[arg-type]
         InvalidTokenCountError,
         "integer",
     ),
-    "minimum above maximum": (
+    "minimum above maximum": Misuse(
         lambda i: lambda: i.lookup(MODEL, PROMPT, 32, 16),
         InvalidRangeError,
         "reversed",
     ),
-    "pin of an unknown slot": (lambda i: lambda: i.pin(99), SlotOutOfRangeError, "outside"),
-    "unpin of a negative slot": (lambda i: lambda: i.unpin(-1), SlotOutOfRangeError, "outside"),
-    "pin of a free slot": (lambda i: lambda: i.pin(3), SlotStateError, "free"),
-    "pin of a reserved slot": (lambda i: lambda: i.pin(2), SlotStateError, "reserved"),
-    "unpin below zero": (lambda i: lambda: i.unpin(0), PinUnderflowError, "below zero"),
-    "double publish": (
+    "invalidate of a lookup hit": Misuse(
+        lambda i: lambda: i.invalidate(LookupHit(32, 1)),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "CheckpointKey",
+        ("invalidate",),
+    ),
+    "invalidate of a tuple": Misuse(
+        lambda i: lambda: i.invalidate((MODEL, (), b"", 32)),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "make_key",
+        ("invalidate",),
+    ),
+    "pin of an unknown slot": Misuse(
+        lambda i: lambda: i.pin(99), SlotOutOfRangeError, "outside", ("pin",)
+    ),
+    "unpin of a negative slot": Misuse(
+        lambda i: lambda: i.unpin(-1), SlotOutOfRangeError, "outside", ("pin",)
+    ),
+    "pin of a free slot": Misuse(lambda i: lambda: i.pin(3), SlotStateError, "free", ("pin",)),
+    "pin of a reserved slot": Misuse(
+        lambda i: lambda: i.pin(2), SlotStateError, "reserved", ("pin",)
+    ),
+    "unpin below zero": Misuse(
+        lambda i: lambda: i.unpin(0), PinUnderflowError, "below zero", ("pin",)
+    ),
+    "double publish": Misuse(
         lambda i: (lambda r: lambda: i.publish(r))(_published(i)),
         AlreadyPublishedError,
         "already published",
     ),
-    "abort after publish": (
+    "abort after publish": Misuse(
         lambda i: (lambda r: lambda: i.abort(r))(_published(i)),
         AlreadyPublishedError,
         "already published",
     ),
-    "publish after abort": (
+    "publish after abort": Misuse(
         lambda i: (lambda r: lambda: i.publish(r))(_aborted(i)),
         AlreadyAbortedError,
         "aborted",
     ),
-    "double abort": (
+    "double abort": Misuse(
         lambda i: (lambda r: lambda: i.abort(r))(_aborted(i)),
         AlreadyAbortedError,
         "aborted",
@@ -402,28 +761,34 @@ MISUSES: dict[str, tuple[Callable[[CheckpointIndex], Thunk], type[HyckptError], 
 
 @pytest.mark.parametrize("case", sorted(MISUSES))
 def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, case: str) -> None:
-    prepare, error, message = MISUSES[case]
+    prepare, error, message, needs = MISUSES[case]
+    for capability in needs:
+        require(impl, capability)
     index = impl.make_index(5)
     write(index, PROMPT, 16)  # slot 0: published
-    write(index, PROMPT, 32)  # slot 1: published and pinned
-    index.pin(1)
+    write(index, PROMPT, 32)  # slot 1: published (and pinned, if pins are supported)
+    if "pin" in impl.capabilities:
+        index.pin(1)
     assert isinstance(index.reserve(MODEL, PROMPT, 8), Reservation)  # slot 2: reserved
     misuse = prepare(index)
-    before = snapshot(index)
+    pins = "pin" in impl.capabilities
+    before = snapshot(index, pins=pins)
     with pytest.raises(error, match=message):
         misuse()
-    assert snapshot(index) == before
+    assert snapshot(index, pins=pins) == before
     assert index.lookup(MODEL, PROMPT, 0, 47) == LookupHit(32, 1), "entries intact"
+    assert index.lookup(MODEL, PROMPT, 0, 16) == LookupHit(16, 0), "entries intact"
 
 
 def test_a_reservation_from_another_index_is_rejected(impl: Implementation) -> None:
     first, second = impl.make_index(2), impl.make_index(2)
     reservation = first.reserve(MODEL, PROMPT, 16)
     assert isinstance(reservation, Reservation)
-    before = snapshot(second)
+    pins = "pin" in impl.capabilities
+    before = snapshot(second, pins=pins)
     with pytest.raises(ForeignReservationError, match="not issued by this index"):
         second.publish(reservation)
-    assert snapshot(second) == before
+    assert snapshot(second, pins=pins) == before
 
 
 @pytest.mark.parametrize(
@@ -433,6 +798,81 @@ def test_bad_index_configuration_is_rejected(impl: Implementation, options: dict
     capacity = options.pop("capacity")
     with pytest.raises(InvalidConfigError, match=">= "):
         impl.make_index(capacity, **options)
+
+
+class _NoVictim:
+    """Has the name and bookkeeping of a policy but cannot choose a victim."""
+
+    name = "no-victim"
+
+    def insert(self, slot: int, cost: EntryCost, now: int) -> None: ...
+
+    def touch(self, slot: int, now: int) -> None: ...
+
+    def remove(self, slot: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"eviction": 42}, "policy name or an EvictionPolicy"),
+        ({"eviction": None}, "policy name or an EvictionPolicy"),
+        ({"eviction": _NoVictim()}, "policy name or an EvictionPolicy"),
+        ({"eviction": LruPolicy(), "eviction_params": {"alpha": 1.0}}, "would ignore them"),
+        ({"eviction": "flop-aware", "eviction_params": {"alpha": math.nan}}, "finite"),
+        ({"eviction": "flop-aware", "eviction_params": {"alpha": math.inf}}, "finite"),
+    ],
+    ids=["int", "None", "no victim", "params with an object", "nan alpha", "inf alpha"],
+)
+def test_a_bad_eviction_policy_is_rejected(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        ReferenceIndex(2, **options)
+
+
+def test_an_eviction_policy_object_is_used_as_given() -> None:
+    policy = LruPolicy()
+    for params in (None, {}):
+        index = ReferenceIndex(2, eviction=policy, eviction_params=params)
+        assert index.eviction is policy
+
+
+class _FailingPolicy(LruPolicy):
+    """An LRU policy whose ``insert`` raises while ``failing`` is set."""
+
+    failing = True
+
+    def insert(self, slot: int, cost: EntryCost, now: int) -> None:
+        if self.failing:
+            raise RuntimeError("the policy could not take the entry")
+        super().insert(slot, cost, now)
+
+
+@pytest.mark.parametrize("then", ["publish again", "abort"])
+def test_a_policy_that_fails_at_publish_changes_nothing(then: str) -> None:
+    """The policy is told first: when it raises, the reservation is still open and
+    nothing is visible, so the writer can publish again or abort without a leak."""
+    policy = _FailingPolicy()
+    index = ReferenceIndex(2, eviction=policy)
+    reservation = index.reserve(MODEL, PROMPT, 16)
+    assert isinstance(reservation, Reservation)
+    before = snapshot(index)
+    with pytest.raises(RuntimeError, match="could not take"):
+        index.publish(reservation)
+    assert snapshot(index) == before
+    assert index.lookup(MODEL, PROMPT, 0, 64) is None
+    assert index.reserve(MODEL, PROMPT, 16) == AlreadyCached(0, published=False)
+    policy.failing = False
+    if then == "abort":
+        index.abort(reservation)
+        assert index.free_count() == 2 and index.lookup(MODEL, PROMPT, 0, 64) is None
+    else:
+        assert index.publish(reservation) is True
+        assert index.lookup(MODEL, PROMPT, 0, 64) == (16, 0)
+    for tokens in (32, 48, 64):  # evictions find every published entry in the policy
+        write(index, PROMPT, tokens)
+    newest, previous = index.lookup(MODEL, PROMPT, 0, 64), index.lookup(MODEL, PROMPT, 0, 63)
+    assert newest is not None and previous is not None
+    assert (newest.tokens, previous.tokens) == (64, 48) and newest.slot != previous.slot
 
 
 def test_index_satisfies_the_protocol(impl: Implementation) -> None:

@@ -655,11 +655,23 @@ def test_bad_counts_raise_typed_error(call: Any, fragments: list[str]) -> None:
         {"start": 0, "end": 9, "prompt_len": 8},
         {"start": 0, "end": 4.0, "prompt_len": 8},
         {"start": 0, "end": 4, "prompt_len": 8, "turn_starts": (-2,)},
+        {"start": 0, "end": 4, "prompt_len": 8, "turn_starts": 5},
+        {"start": 0, "end": 4, "prompt_len": 8, "branch_points": None},
+        {"start": 0, "end": 4, "prompt_len": 8, "turn_starts": "4"},
+        {"start": 0, "end": 4, "prompt_len": 8, "branch_points": {4}},
+        {"start": 0, "end": 4, "prompt_len": 8, "branch_points": [4, 2.0]},
     ],
 )
 def test_bad_chunk_never_reaches_a_policy(fields: dict[str, Any]) -> None:
     with pytest.raises(InvalidTokenCountError):
         PrefillChunk(**fields)
+
+
+def test_list_hints_are_stored_as_tuples() -> None:
+    chunk = PrefillChunk(0, 8, 8, turn_starts=[4, 2], branch_points=range(2, 5))  # type: ignore[arg-type]
+    assert chunk.turn_starts == (4, 2) and chunk.branch_points == (2, 3, 4)
+    assert chunk == PrefillChunk(0, 8, 8, turn_starts=(4, 2), branch_points=(2, 3, 4))
+    assert hash(chunk) == hash(PrefillChunk(0, 8, 8, (4, 2), (2, 3, 4)))
 
 
 def test_batch_form_rejects_other_policies() -> None:

@@ -880,17 +880,58 @@ def test_a_storage_without_slots_rejects_every_slot(impl: Implementation) -> Non
             call()
 
 
+#: A storage operation run with ``stream`` (``None``: without one).
+StreamedCall = Callable[[SnapshotStorage, torch.Tensor, object | None], None]
+
+
 def test_stream_is_accepted_and_ignored(impl: Implementation) -> None:
-    live = make_live(torch.Generator().manual_seed(16))
-    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
-    hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
+    """Each operation run with a ``stream`` does exactly what it does without one: two
+    storages built from clones of one live state end with bitwise-equal slabs, live
+    tensors, hidden tensors and capture records after every step."""
+    ops: list[tuple[str, StreamedCall]] = [
+        ("capture_recurrent", lambda s, h, st: s.capture_recurrent(0, 0, st)),
+        ("restore_recurrent", lambda s, h, st: s.restore_recurrent(0, 1, stream=st)),
+        ("zero_recurrent", lambda s, h, st: s.zero_recurrent(2, st)),
+        ("capture_partial_kv", lambda s, h, st: s.capture_partial_kv(0, 0, 3, st)),
+        ("restore_partial_kv", lambda s, h, st: s.restore_partial_kv(0, 1, 3, st)),
+    ]
+    if "draft-pairing" in impl.capabilities:
+        ops += [
+            (
+                "capture_partial_kv_paired",
+                lambda s, h, st: s.capture_partial_kv_paired(1, 2, 2, 3, st),
+            ),
+            (
+                "restore_partial_kv_paired",
+                lambda s, h, st: s.restore_partial_kv_paired(1, 3, 3, 3, st),
+            ),
+        ]
+    hidden_dim = 0
+    if "boundary-hidden" in impl.capabilities:
+        hidden_dim = HIDDEN_DIM
+        ops += [
+            ("capture_boundary_hidden", lambda s, h, st: s.capture_boundary_hidden(0, h, 0, 1, st)),
+            ("restore_boundary_hidden", lambda s, h, st: s.restore_boundary_hidden(0, h, 0, 4, st)),
+        ]
+    gen = torch.Generator().manual_seed(16)
+    live = make_live(gen)
+    hidden = random_tensor((1, 6, max(hidden_dim, 1)), torch.float64, gen)
+    plain_live, streamed_live = live.clone(), live.clone()
+    plain_hidden, streamed_hidden = hidden.clone(), hidden.clone()
+    plain = build(impl, plain_live, boundary_hidden_dim=hidden_dim)
+    streamed = build(impl, streamed_live, boundary_hidden_dim=hidden_dim)
     stream = object()
-    storage.capture_recurrent(0, 0, stream)
-    storage.restore_recurrent(0, 1, stream=stream)
-    storage.zero_recurrent(2, stream)
-    storage.capture_partial_kv(0, 0, 1, stream)
-    storage.restore_partial_kv(0, 1, 1, stream)
-    storage.capture_partial_kv_paired(1, 0, 0, 1, stream)
-    storage.restore_partial_kv_paired(1, 1, 1, 1, stream)
-    storage.capture_boundary_hidden(0, hidden, 0, 0, stream)
-    storage.restore_boundary_hidden(0, hidden, 0, 0, stream)
+    for name, op in ops:
+        before = everything(plain, plain_live, plain_hidden)
+        op(plain, plain_hidden, None)
+        op(streamed, streamed_hidden, stream)
+        expected = everything(plain, plain_live, plain_hidden)
+        found = everything(streamed, streamed_live, streamed_hidden)
+        assert found[0] == expected[0], f"{name} with a stream recorded other captures"
+        for i, (a, b) in enumerate(zip(expected[1:], found[1:], strict=True)):
+            assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            assert same_bits(a, b), f"{name} with a stream left tensor #{i} different"
+        assert any(
+            not same_bits(a, b)  # type: ignore[arg-type]
+            for a, b in zip(before[1:], expected[1:], strict=True)
+        ), f"{name} changed nothing, so it cannot tell a stream from none"
