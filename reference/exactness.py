@@ -4,21 +4,29 @@
 
 1. **Request A** is prefilled in the given chunks into batch slot 0. At position ``p``
    the index reserves a snapshot slot and the state is stored: by ``capture_recurrent``
-   when ``p`` ends a chunk, else by the exporter from the conv inputs and the state the
-   prefill emitted at ``p`` (sliding-window rings are copied alongside); the partial page
-   when ``p mod B != 0`` (paired with the draft page); ``h_{p-1}`` when the model has a
-   draft head. Then the key is published.
+   when ``p`` ends a chunk, else by the implementation's exporter
+   (``impl.make_exporter()``) from the conv inputs and the state the prefill emitted at
+   ``p`` (sliding-window rings are copied alongside); the partial page when
+   ``p mod B != 0`` (paired with the draft page); ``h_{p-1}`` when the model has a draft
+   head. Then the key is published.
 2. **Request B** shares ``[0, p)`` and continues differently (its successor token may
-   differ from A's). Lookup finds ``p``; the slot is pinned and restored into batch slot
-   2 and new pages, while the full pages of ``[0, floor(p/B)*B)`` stay *shared* with A
-   and are never written. With a draft head, the successor-dependent draft row ``p-1`` is
-   recomputed from the restored ``h_{p-1}`` and B's token ``p``; when ``p mod B == 0``
-   that row sits in the last shared full page, which is copied first (copy-on-write).
+   differ from A's). Lookup finds ``p``; the slot is pinned (when the implementation
+   declares ``"pin"``) and restored into batch slot 2 and new pages, while the full
+   pages of ``[0, floor(p/B)*B)`` stay *shared* with A and are never written. With a
+   draft head, the successor-dependent draft row ``p-1`` is recomputed from the restored
+   ``h_{p-1}`` and B's token ``p``; when ``p mod B == 0`` that row sits in the last
+   shared full page, which is copied first (copy-on-write).
 3. **Request C** prefills B's prompt from scratch in a fresh state.
 
 :func:`mismatches` lists every way B differs from C bitwise (``torch.equal``): logits,
 every recurrent tensor, every KV and draft KV row; and whether A's shared pages were
 written.
+
+Every piece of the implementation under test is used: its index, its storage and its
+exporter; nothing of the reference is substituted. :func:`missing` says what a case needs
+that an implementation does not provide or declare, and :func:`play` refuses such a case
+(:class:`~reference.errors.CapabilityMissingError`) instead of calling an undeclared
+feature, so a test can skip it with the reason (DESIGN §8).
 """
 
 from __future__ import annotations
@@ -29,9 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.api import Implementation, Reservation, SnapshotStorage
+from reference.api import Implementation, PrefillExporter, Reservation, SnapshotStorage
 from reference.errors import CapabilityMissingError, SlotStateError
-from reference.export import ReferenceExporter
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
 
@@ -61,6 +68,45 @@ class Case:
     def prompt_b(self) -> list[int]:
         return [*self.prompt_a[: self.p], *self.suffix]
 
+    @property
+    def uses_exporter(self) -> bool:
+        """Whether ``p`` falls strictly inside a chunk of A, so the exporter stores it."""
+        return any(start < self.p < end for start, end in self.chunks_a)
+
+
+def required_capabilities(case: Case) -> frozenset[str]:
+    """Declared capabilities ``case`` uses: ``"boundary-hidden"`` with a draft head, and
+    ``"draft-pairing"`` when it also stores a partial page (``p mod B != 0``).
+
+    ``"pin"`` is not among them: the harness pins the restored slot only when the
+    implementation declares it.
+    """
+    if not case.draft:
+        return frozenset()
+    if case.p % case.block:
+        return frozenset({"boundary-hidden", "draft-pairing"})
+    return frozenset({"boundary-hidden"})
+
+
+def missing(impl: Implementation, case: Case) -> list[str]:
+    """Why ``impl`` cannot play ``case``, one reason an entry; empty when it can.
+
+    Every case needs ``make_storage``; a case whose ``p`` lies inside a chunk also needs
+    ``make_exporter``; and the capabilities of :func:`required_capabilities`.
+    """
+    reasons = [
+        f"{impl.name} does not declare capability {name!r}"
+        for name in sorted(required_capabilities(case) - impl.capabilities)
+    ]
+    if impl.make_storage is None:
+        reasons.append(f"{impl.name} provides no snapshot storage (make_storage)")
+    if case.uses_exporter and impl.make_exporter is None:
+        reasons.append(
+            f"{impl.name} provides no prefill exporter (make_exporter), "
+            f"and p={case.p} lies inside a chunk"
+        )
+    return reasons
+
 
 @dataclass
 class Outcome:
@@ -84,6 +130,7 @@ def chunked(tokens_from: int, tokens_to: int, size: int) -> list[tuple[int, int]
 def store_checkpoint(
     live: LiveState,
     storage: SnapshotStorage,
+    exporter: PrefillExporter | None,
     case: Case,
     snap: int,
     chunk: tuple[int, int],
@@ -91,12 +138,16 @@ def store_checkpoint(
     result_emitted: dict[str, torch.Tensor] | None,
     raw_inputs: dict[str, torch.Tensor],
 ) -> None:
-    """Store request A's recurrent state at ``p`` into ``snap`` (slot 0 of the live state)."""
+    """Store request A's recurrent state at ``p`` into ``snap`` (slot 0 of the live state).
+
+    ``exporter`` is the implementation's; it is needed only when ``p`` is inside the chunk.
+    """
     start, end = chunk
     if result_emitted is None:  # p ends the chunk: the live state *is* the checkpoint
         storage.capture_recurrent(snap, 0)
         return
-    exporter = ReferenceExporter()
+    if exporter is None:
+        raise CapabilityMissingError(f"p={case.p} is inside a chunk and needs an exporter")
     offset = torch.tensor([case.p - start])
     for name in live.recurrent:
         layer, part = name.split(".")
@@ -118,16 +169,24 @@ def store_checkpoint(
 
 
 def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) -> Outcome:
+    """Play ``case`` with ``impl``'s index, storage and exporter (see the module docstring).
+
+    Raises:
+        CapabilityMissingError: ``impl`` lacks something the case needs (:func:`missing`).
+    """
+    reasons = missing(impl, case)
+    if reasons or impl.make_storage is None:
+        raise CapabilityMissingError(f"cannot play {case}: " + "; ".join(reasons))
     model = model_for(case.layers, case.draft)
     block, p = case.block, case.p
     prompt_a, prompt_b = list(case.prompt_a), case.prompt_b
     pages_per_seq = -(-max(len(prompt_a), len(prompt_b)) // block)
     live = model.new_state(3, 2 * pages_per_seq + 1, block)
     hidden_dim = model.config.d_model if case.draft else 0
-    if impl.make_storage is None:
-        raise CapabilityMissingError(f"{impl.name} provides no snapshot storage (make_storage)")
     storage = impl.make_storage(live, 2, 1, boundary_hidden_dim=hidden_dim)
+    exporter = impl.make_exporter() if case.uses_exporter and impl.make_exporter else None
     index = impl.make_index(1, hash_unit=1)
+    pins = "pin" in impl.capabilities
 
     # --- request A: chunked prefill, checkpoint at p ----------------------------------
     table_a = list(range(pages_per_seq))
@@ -152,7 +211,15 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         snap = reservation.slot
         emitted = result.emitted[p] if inside else None
         store_checkpoint(
-            live, storage, case, snap, (start, end), conv_before, emitted, result.raw_conv_inputs
+            live,
+            storage,
+            exporter,
+            case,
+            snap,
+            (start, end),
+            conv_before,
+            emitted,
+            result.raw_conv_inputs,
         )
         if p % block:
             if case.draft:
@@ -183,7 +250,8 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
     if hit is None or hit.tokens != p:
         raise SlotStateError(f"lookup gave {hit}, expected a hit at {p}")
     snap = hit.slot
-    index.pin(snap)
+    if pins:  # a restore holds a pin until its copy completes (DESIGN §7)
+        index.pin(snap)
     full = p // block
     fresh_pages = iter(range(pages_per_seq, 2 * pages_per_seq + 1))
     table_b = table_a[:full] + [next(fresh_pages) for _ in range(full, pages_per_seq)]
@@ -204,7 +272,8 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
                     pages[copy].copy_(pages[table_b[last]])
             table_b[last] = copy
         model.draft_row(live, table_b, p - 1, hidden[2, 0], prompt_b[p])
-    index.unpin(snap)
+    if pins:
+        index.unpin(snap)
     if corrupt is not None:
         corrupt(live, case, table_b)
     logits_b = []

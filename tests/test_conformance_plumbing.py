@@ -9,12 +9,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = "tests.impls.pin_ignoring:implementation"
+LATE_EXPORTER = "tests.impls.late_exporter:implementation"
+NO_OPTIONAL_FEATURES = "tests.impls.no_optional_features:implementation"
 
 
-def run_suite(*args: str, env: dict[str, str] | None = None) -> set[str]:
-    """Run pytest in a subprocess (smoke profile) and return the ids of failed tests."""
+def run_pytest(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run pytest in a subprocess (smoke profile, ``-rA``) and return its output."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -22,7 +24,17 @@ def run_suite(*args: str, env: dict[str, str] | None = None) -> set[str]:
         env={**os.environ, "HYPOTHESIS_PROFILE": "smoke", **(env or {})},
     )
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    return {line.split(" ")[1] for line in result.stdout.splitlines() if line.startswith("FAILED")}
+    return result.stdout
+
+
+def outcomes(output: str, outcome: str) -> list[str]:
+    """The short-summary lines of ``outcome`` (``FAILED``, ``PASSED``, ``SKIPPED``)."""
+    return [line for line in output.splitlines() if line.startswith(f"{outcome} ")]
+
+
+def run_suite(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """Run pytest in a subprocess (smoke profile) and return the ids of failed tests."""
+    return {line.split(" ")[1] for line in outcomes(run_pytest(*args, env=env), "FAILED")}
 
 
 def test_a_pin_ignoring_index_fails_the_conformance_suite() -> None:
@@ -36,3 +48,38 @@ def test_the_environment_variable_selects_the_implementation() -> None:
     target = "tests/test_index.py::test_no_slot_is_a_normal_outcome"
     assert run_suite(target) == set()
     assert run_suite(target, env={"HYCKPT_IMPL": BROKEN}) == {target}
+
+
+def test_the_exactness_harness_plays_the_implementations_exporter() -> None:
+    """An exporter one token late fails every case it stores, and only those."""
+    failed = run_suite("tests/test_exactness.py", "--impl", LATE_EXPORTER)
+    worked = "tests/test_exactness.py::test_worked_examples"
+    assert f"{worked}[exporter-p-mod-B-nonzero-no-draft]" in failed
+    assert f"{worked}[exporter-p-mod-B-zero-draft]" in failed
+    assert "tests/test_exactness.py::test_restore_then_continue_is_bitwise_equal_to_scratch" in (
+        failed
+    )
+    assert not any("capture-at-chunk-end" in name for name in failed), failed
+    assert not any("no-draft-capture" in name for name in failed), failed
+
+
+def test_undeclared_features_are_skipped_with_the_reason() -> None:
+    """Without pins, invalidation, draft pairing, boundary rows or an exporter (each of
+    which raises if called), the exactness and stateful index suites skip what needs them
+    and pass the rest."""
+    output = run_pytest(
+        "tests/test_exactness.py", "tests/test_index_stateful.py", "--impl", NO_OPTIONAL_FEATURES
+    )
+    assert outcomes(output, "FAILED") == [], output[-3000:]
+    skipped = "\n".join(outcomes(output, "SKIPPED"))
+    assert "does not declare capability 'boundary-hidden'" in skipped
+    assert "does not declare capability 'draft-pairing'" in skipped
+    assert "provides no prefill exporter" in skipped
+    passed = "\n".join(outcomes(output, "PASSED"))
+    for name in (
+        "test_exactness.py::test_restore_then_continue_is_bitwise_equal_to_scratch",
+        "test_exactness.py::test_worked_examples[capture-at-chunk-end-p-mod-B-nonzero-no-draft]",
+        "test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness[no-conv-window-no-draft-capture]",
+        "test_index_stateful.py::test_index_matches_the_dictionary_model[lru]",
+    ):
+        assert name in passed, passed

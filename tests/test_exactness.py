@@ -4,6 +4,13 @@ Random cases: every placement policy picks ``p`` in a randomly chunked prefill, 
 zero and non-zero, with and without a draft head, stored by capture or by the exporter.
 The negative tests show the same harness fails when a piece of the checkpoint is left
 out or is off by one.
+
+The harness uses the index, storage and exporter of the implementation under test. A
+case that needs something the implementation does not declare (a draft head needs
+``boundary-hidden``, and ``draft-pairing`` for a partial page) or provide (storage; the
+exporter when ``p`` is inside a chunk) is skipped with the reason (DESIGN §8): the
+property without a draft head does not need the draft capabilities, and without an
+exporter it stores every checkpoint by a capture at a chunk end.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from reference.api import Implementation, PrefillChunk
-from reference.exactness import VOCAB, Case, Corruption, mismatches, model_for, play
+from reference.exactness import VOCAB, Case, Corruption, mismatches, missing, model_for, play
 from reference.state import LiveState
 from tests.conftest import require
 
@@ -37,10 +44,21 @@ def policy_params(name: str, block: int, unit: int) -> dict[str, object]:
     }[name]
 
 
+def require_case(impl: Implementation, case: Case) -> None:
+    """Skip the calling test unless ``impl`` provides and declares all ``case`` uses."""
+    reasons = missing(impl, case)
+    if reasons:
+        pytest.skip("; ".join(reasons))
+
+
 @st.composite
-def cases(draw: st.DrawFn, impl: Implementation) -> tuple[Case, str]:
+def cases(draw: st.DrawFn, impl: Implementation, draft: bool) -> tuple[Case, str]:
+    """A random case with or without a draft head, and the placement policy that chose p.
+
+    Without an exporter, A's prefill is also cut at ``p``, so the checkpoint is captured at
+    a chunk end (every position a policy chose is still a valid checkpoint to restore).
+    """
     layers = draw(st.sampled_from(PATTERNS), label="layers")
-    draft = draw(st.booleans(), label="draft head")
     block = draw(st.sampled_from([4, 8]), label="block size B")
     unit = draw(st.sampled_from([block, block // 2]), label="hash unit h")
     n_a = draw(st.integers(2 * block, 40), label="prompt A length")
@@ -63,9 +81,20 @@ def cases(draw: st.DrawFn, impl: Implementation) -> tuple[Case, str]:
     )
     assume(positions)
     p = draw(st.sampled_from(positions), label="checkpoint p")
+    if impl.make_exporter is None:
+        chunks = tuple(itertools.pairwise(sorted({*bounds, p})))
     suffix = draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12), label="B suffix")
     chunk_b = draw(st.integers(1, 12), label="chunk size of B")
     return Case(layers, draft, block, tuple(prompt_a), chunks, p, tuple(suffix), chunk_b), name
+
+
+def check_property(impl: Implementation, data: st.DataObject, draft: bool) -> None:
+    case, policy = data.draw(cases(impl, draft), label="case")
+    outcome = play(impl, case)
+    event(f"policy {policy}")
+    event("p mod B == 0" if case.p % case.block == 0 else "p mod B != 0")
+    event("stored by the exporter" if outcome.exporter_matches_capture else "captured")
+    assert mismatches(outcome, case) == []
 
 
 @settings(max_examples=80)
@@ -73,17 +102,23 @@ def cases(draw: st.DrawFn, impl: Implementation) -> tuple[Case, str]:
 def test_restore_then_continue_is_bitwise_equal_to_scratch(
     impl: Implementation, data: st.DataObject
 ) -> None:
-    require(impl, "draft-pairing")
-    require(impl, "boundary-hidden")
+    """No draft head: needs storage only (and uses the exporter when there is one)."""
     if impl.make_storage is None:
-        pytest.skip(f"{impl.name} provides no storage")
-    case, policy = data.draw(cases(impl), label="case")
-    outcome = play(impl, case)
-    event(f"policy {policy}")
-    event("p mod B == 0" if case.p % case.block == 0 else "p mod B != 0")
-    event("stored by the exporter" if outcome.exporter_matches_capture else "captured")
-    event("draft head" if case.draft else "no draft head")
-    assert mismatches(outcome, case) == []
+        pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
+    check_property(impl, data, draft=False)
+
+
+@settings(max_examples=80)
+@given(data=st.data())
+def test_restore_then_continue_with_a_draft_head_is_bitwise_equal_to_scratch(
+    impl: Implementation, data: st.DataObject
+) -> None:
+    """With a draft head: also needs the boundary hidden row and paired partial pages."""
+    if impl.make_storage is None:
+        pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
+    require(impl, "boundary-hidden")
+    require(impl, "draft-pairing")
+    check_property(impl, data, draft=True)
 
 
 @pytest.mark.parametrize("draft", [False, True], ids=["no-draft", "draft"])
@@ -95,6 +130,7 @@ def test_worked_examples(impl: Implementation, draft: bool, p: int, inside: bool
     chunks = ((0, p + 3), (p + 3, 20)) if inside else ((0, p), (p, 20))
     suffix = ((prompt_a[p] + 1) % VOCAB, 7, 9, 11, 2)
     case = Case(ALL_KINDS, draft, 4, prompt_a, chunks, p, suffix, 2)
+    require_case(impl, case)
     outcome = play(impl, case)
     assert mismatches(outcome, case) == []
     assert outcome.exporter_matches_capture is (True if inside else None)
@@ -102,16 +138,13 @@ def test_worked_examples(impl: Implementation, draft: bool, p: int, inside: bool
 
 # --- the same harness fails when the checkpoint is incomplete ----------------------------
 
-EXAMPLE = Case(
-    ALL_KINDS,
-    True,
-    4,
-    tuple((5 * i + 3) % VOCAB for i in range(20)),
-    ((0, 13), (13, 20)),
-    10,
-    (1, 7, 9, 11, 2),
-    3,
-)
+PROMPT = tuple((5 * i + 3) % VOCAB for i in range(20))
+#: A draft head, ``p mod B != 0``, stored by the exporter: every feature the harness has.
+EXAMPLE = Case(ALL_KINDS, True, 4, PROMPT, ((0, 13), (13, 20)), 10, (1, 7, 9, 11, 2), 3)
+#: No draft head, captured at a chunk end: needs nothing but storage, so the corruptions
+#: that do not concern the draft head are caught for every implementation.
+PLAIN_EXAMPLE = Case(ALL_KINDS, False, 4, PROMPT, ((0, 10), (10, 20)), 10, (1, 7, 9, 11, 2), 3)
+EXAMPLES = {"draft-exporter": EXAMPLE, "no-draft-capture": PLAIN_EXAMPLE}
 
 
 def zero_conv_windows(live: LiveState, case: Case, table_b: list[int]) -> None:
@@ -143,22 +176,31 @@ def zero_ring(live: LiveState, case: Case, table_b: list[int]) -> None:
             tensor[2].zero_()
 
 
-def test_the_harness_passes_on_the_uncorrupted_example(impl: Implementation) -> None:
-    assert mismatches(play(impl, EXAMPLE), EXAMPLE) == []
+@pytest.mark.parametrize("example", EXAMPLES.values(), ids=EXAMPLES.keys())
+def test_the_harness_passes_on_the_uncorrupted_example(impl: Implementation, example: Case) -> None:
+    require_case(impl, example)
+    assert mismatches(play(impl, example), example) == []
+
+
+CORRUPTIONS = [
+    ("no-conv-window", zero_conv_windows, "logits", EXAMPLES),
+    ("conv-window-off-by-one", conv_windows_one_token_late, "logits", EXAMPLES),
+    ("no-sliding-window-ring", zero_ring, "logits", EXAMPLES),
+    ("stale-draft-row", stale_boundary_draft_row, "draft", {"draft-exporter": EXAMPLE}),
+]
 
 
 @pytest.mark.parametrize(
-    ("corrupt", "broken"),
+    ("corrupt", "broken", "example"),
     [
-        (zero_conv_windows, "logits"),
-        (conv_windows_one_token_late, "logits"),
-        (zero_ring, "logits"),
-        (stale_boundary_draft_row, "draft"),
+        pytest.param(corrupt, broken, example, id=f"{name}-{example_name}")
+        for name, corrupt, broken, examples in CORRUPTIONS
+        for example_name, example in examples.items()
     ],
-    ids=["no-conv-window", "conv-window-off-by-one", "no-sliding-window-ring", "stale-draft-row"],
 )
 def test_an_incomplete_checkpoint_breaks_exactness(
-    impl: Implementation, corrupt: Corruption, broken: str
+    impl: Implementation, corrupt: Corruption, broken: str, example: Case
 ) -> None:
-    found = mismatches(play(impl, EXAMPLE, corrupt), EXAMPLE)
+    require_case(impl, example)
+    found = mismatches(play(impl, example, corrupt), example)
     assert any(broken in line for line in found), found

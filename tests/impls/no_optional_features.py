@@ -1,0 +1,92 @@
+"""An implementation that declares no optional feature and refuses every one of them.
+
+The reference's placement, index and storage, but: no ``"pin"``, ``"invalidate"``,
+``"draft-pairing"`` or ``"boundary-hidden"`` capability, pins, invalidation, clearing,
+paired partial pages and boundary hidden rows raise :class:`CapabilityMissingError`, and
+there is no prefill exporter. Used by ``tests/test_conformance_plumbing.py`` to show that
+the conformance suite skips what an implementation does not declare, with the reason,
+instead of calling it (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NoReturn
+
+from reference.api import CheckpointKey, Implementation
+from reference.errors import CapabilityMissingError
+from reference.impl import implementation as reference_implementation
+from reference.index import ReferenceIndex
+from reference.storage import ReferenceStorage
+
+OPTIONAL = frozenset({"pin", "invalidate", "draft-pairing", "boundary-hidden"})
+
+
+def refuse(feature: str) -> NoReturn:
+    raise CapabilityMissingError(f"no-optional-features does not implement {feature}")
+
+
+class NoPinIndex(ReferenceIndex):
+    """The reference index without pins, invalidation or clearing."""
+
+    def pin(self, slot: int) -> int:
+        refuse("pin")
+
+    def unpin(self, slot: int) -> int:
+        refuse("unpin")
+
+    def pins(self, slot: int) -> int:
+        refuse("pins")
+
+    def invalidate(self, key: CheckpointKey) -> bool:
+        refuse("invalidate")
+
+    def clear(self) -> None:
+        refuse("clear")
+
+
+class NoDraftStorage(ReferenceStorage):
+    """The reference storage without paired partial pages or boundary hidden rows."""
+
+    def capture_partial_kv_paired(self, *args: object, **kwargs: object) -> None:
+        refuse("capture_partial_kv_paired")
+
+    def restore_partial_kv_paired(self, *args: object, **kwargs: object) -> None:
+        refuse("restore_partial_kv_paired")
+
+    def capture_boundary_hidden(self, *args: object, **kwargs: object) -> None:
+        refuse("capture_boundary_hidden")
+
+    def restore_boundary_hidden(self, *args: object, **kwargs: object) -> None:
+        refuse("restore_boundary_hidden")
+
+
+def make_index(
+    capacity: int,
+    *,
+    first_slot: int = 0,
+    eviction: str = "lru",
+    hash_unit: int = 16,
+    bytes_per_slot: int = 1,
+    **eviction_params: object,
+) -> NoPinIndex:
+    return NoPinIndex(
+        capacity,
+        first_slot=first_slot,
+        eviction=eviction,
+        hash_unit=hash_unit,
+        bytes_per_slot=bytes_per_slot,
+        eviction_params=eviction_params,
+    )
+
+
+def implementation() -> Implementation:
+    reference = reference_implementation()
+    return dataclasses.replace(
+        reference,
+        name="no-optional-features",
+        capabilities=reference.capabilities - OPTIONAL,
+        make_index=make_index,
+        make_storage=NoDraftStorage,
+        make_exporter=None,
+    )
