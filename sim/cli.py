@@ -14,6 +14,9 @@
     hyckpt sweep SCENARIO [...] sweep axes x seeds, save results, build report (sim.sweep)
     hyckpt report DIR           rebuild figures and summary.md from DIR/results (sim.report)
     hyckpt crosscheck SCENARIO  reference vs gpu backend, captures bitwise (sim.crosscheck)
+    hyckpt vectors [--out DIR]  write the JSON vectors (reference.vectors)
+    hyckpt replay-vectors [DIR] replay them against an implementation (reference.vectors_replay)
+    hyckpt serve-protocol       serve the reference over the stdio protocol (docs/PROTOCOL.md)
     hyckpt --version
 
 Exit codes: 0 success, 1 a check failed (e.g. the demo did not reproduce its expected
@@ -103,6 +106,24 @@ def _run_crosscheck(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from sim import crosscheck
 
     return crosscheck.main(args)
+
+
+def _run_vectors(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from reference import vectors
+
+    return vectors.run(args)
+
+
+def _run_replay_vectors(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from reference import vectors_replay
+
+    return vectors_replay.run(args)
+
+
+def _run_serve_protocol(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from reference import protocol_server
+
+    return protocol_server.run(args)
 
 
 def _run_bench_sim(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -251,6 +272,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crosscheck_command.add_arguments(crosscheck)
     crosscheck.set_defaults(handler=_run_crosscheck, command_parser=crosscheck)
+
+    from reference import protocol_server, vectors, vectors_replay
+
+    vectors_parser = commands.add_parser(
+        "vectors",
+        help="write the JSON vectors (operation sequences with the reference's answers)",
+        description="Write placement.json and index.json into --out (default vectors/); "
+        "--check compares instead and exits 1 on a difference (docs/PROTOCOL.md).",
+    )
+    vectors.add_arguments(vectors_parser)
+    vectors_parser.set_defaults(handler=_run_vectors, command_parser=vectors_parser)
+
+    replay = commands.add_parser(
+        "replay-vectors",
+        help="replay the JSON vectors against an implementation or a protocol server",
+        description="Replay DIR/placement.json and DIR/index.json against a Python "
+        "implementation (--impl) or a server speaking the stdio protocol (--command); print "
+        "each mismatch and exit 1 if there is one (docs/PROTOCOL.md).",
+    )
+    vectors_replay.add_arguments(replay)
+    replay.set_defaults(handler=_run_replay_vectors, command_parser=replay)
+
+    serve = commands.add_parser(
+        "serve-protocol",
+        help="serve placement and index over the JSON-lines stdio protocol",
+        description="Answer protocol requests on stdin with responses on stdout until stdin "
+        "ends (docs/PROTOCOL.md); serves the reference unless --impl names another.",
+    )
+    protocol_server.add_arguments(serve)
+    serve.set_defaults(handler=_run_serve_protocol, command_parser=serve)
 
     bench = commands.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
     benches = bench.add_subparsers(title="benchmarks", metavar="BENCHMARK", required=True)
