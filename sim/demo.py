@@ -32,11 +32,12 @@ from reference.api import (
     PrefillChunk,
     Reservation,
 )
-from reference.errors import HyckptError, InvalidConfigError
+from reference.errors import HyckptError, InvalidConfigError, UnknownPolicyError
 from reference.index import make_index
 from reference.placement import make_placement
 from sim.config_fields import config_int, config_ints, config_str, config_table
 from sim.demo_exactness import ExactnessPlan, parse_exactness, show_exactness
+from sim.scenarios.schema import suggestion
 
 #: A parsed TOML document.
 Config = dict[str, Any]
@@ -56,14 +57,16 @@ def load_default_config() -> Config:
 
 
 def load_config(path: str | Path) -> Config:
-    """Read a demo configuration from a TOML file.
+    """Read a demo configuration from a TOML file and check it (as :func:`run_demo`
+    would, unknown keys included).
 
     Raises:
-        InvalidConfigError: the file cannot be read or is not valid TOML.
+        InvalidConfigError: the file cannot be read, is not valid TOML, or its
+            configuration is invalid; the message starts with the file name.
     """
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            config = tomllib.load(handle)
     except OSError as error:
         raise InvalidConfigError(
             f"cannot read demo configuration {str(path)!r}: {error.strerror or error}"
@@ -72,6 +75,67 @@ def load_config(path: str | Path) -> Config:
         raise InvalidConfigError(
             f"demo configuration {str(path)!r} is not valid TOML: {error}"
         ) from None
+    try:
+        _prepare(config)
+    except HyckptError as error:
+        raise InvalidConfigError(f"{path}: {error}") from None
+    return config
+
+
+#: The keys of each table of a demo configuration (``""``: the top level).
+_KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("prompt", "placement", "index", "exactness"),
+    "prompt": ("length", "block_size", "hash_unit", "chunk_size", "turn_starts", "branch_points"),
+    "index": ("capacity", "first_slot", "eviction", "namespace", "hash_unit", "prompts", "ops"),
+    "index.prompts.*": ("start", "stop", "replace"),
+    "index.ops[]": (
+        "op",
+        "prompt",
+        "tokens",
+        "minimum",
+        "maximum",
+        "slot",
+        "reservation",
+        "name",
+        "expect",
+        "expect_error",
+        "seed",
+    ),
+    "exactness": (
+        "layers",
+        "draft_head",
+        "block_size",
+        "prompt_length",
+        "chunk_size",
+        "checkpoints",
+    ),
+}
+
+
+def _check_keys(table: object, known: tuple[str, ...], where: str) -> None:
+    """An unknown key of ``table`` (at ``where``) is an error with a did-you-mean."""
+    if not isinstance(table, Mapping):
+        return  # the table's own reader says what it should be
+    for key in table:
+        if key not in known:
+            path = f"{where}.{key}" if where else str(key)
+            hint = suggestion(str(key), list(known))
+            raise InvalidConfigError(f"{path}: unknown key (known: {', '.join(known)}){hint}")
+
+
+def _check_known_keys(config: Mapping[str, Any]) -> None:
+    for name in ("", "prompt", "index", "exactness"):
+        _check_keys(config if not name else config.get(name), _KNOWN_KEYS[name], name)
+    index = config.get("index")
+    if isinstance(index, Mapping):
+        prompts = index.get("prompts")
+        if isinstance(prompts, Mapping):
+            for name, spec in prompts.items():
+                _check_keys(spec, _KNOWN_KEYS["index.prompts.*"], f"index.prompts.{name}")
+        ops = index.get("ops")
+        if isinstance(ops, list):
+            for number, op in enumerate(ops):
+                _check_keys(op, _KNOWN_KEYS["index.ops[]"], f"index.ops[{number}]")
 
 
 def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -223,6 +287,7 @@ def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
 
 
 def _parse(config: Mapping[str, Any]) -> _Plan:
+    _check_known_keys(config)
     prompt = _parse_prompt(config)
     policies = config_table(config, "placement", "placement")
     if not policies:
@@ -487,6 +552,23 @@ def _prompt_text(tokens: Sequence[int]) -> str:
 # --- entry point -----------------------------------------------------------------------
 
 
+def _prepare(config: Mapping[str, Any]) -> tuple[_Plan, dict[str, PlacementPolicy], _Player]:
+    """Parse ``config`` and build its policies and index: everything that can fail
+    before the demo prints anything."""
+    plan = _parse(config)
+    policies: dict[str, PlacementPolicy] = {}
+    where = ""
+    try:
+        for name, params in plan.policies.items():
+            where = f"placement.{name}"
+            policies[name] = make_placement(name, **params)
+        where = "index"
+        player = _Player(plan.index)
+    except (InvalidConfigError, UnknownPolicyError) as error:
+        raise type(error)(f"{where}: {error}") from None
+    return plan, policies, player
+
+
 def run_demo(config: Mapping[str, Any] | None = None, out: TextIO | None = None) -> int:
     """Print the placement and index report for ``config``; 0 if all expectations held.
 
@@ -505,10 +587,7 @@ def run_demo(config: Mapping[str, Any] | None = None, out: TextIO | None = None)
         UnknownPolicyError: a placement or eviction policy name is not registered.
     """
     stream = sys.stdout if out is None else out
-    plan = _parse(load_default_config() if config is None else config)
-    # Build everything before printing, so a bad parameter fails before any output.
-    policies = {name: make_placement(name, **params) for name, params in plan.policies.items()}
-    player = _Player(plan.index)
+    plan, policies, player = _prepare(load_default_config() if config is None else config)
     print("hyckpt demo: reference placement policies and checkpoint index", file=stream)
     print("=" * 62, file=stream)
     print(file=stream)

@@ -17,8 +17,11 @@ import argparse
 import importlib
 import itertools
 import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -29,6 +32,8 @@ from typing import Any
 from tqdm import tqdm
 
 from reference.errors import InvalidConfigError
+from sim.engine.result import finite_json
+from sim.outputs import OutputPathError, check_output_dir
 from sim.report import RESULTS_DIR, build_report, git_revision
 from sim.report.data import axis_name
 
@@ -87,6 +92,8 @@ def expand_jobs(
     for key, values in axes.items():
         if not values:
             raise InvalidConfigError(f"sweep axis {key!r} has no values")
+    if seeds is not None and not seeds:
+        raise InvalidConfigError("a sweep needs at least one seed (got an empty list)")
     if seeds is not None and SEED_AXIS in axes:
         raise InvalidConfigError(f"give the seeds either as --seeds or as axis {SEED_AXIS!r}")
     keys = list(axes)
@@ -165,6 +172,7 @@ def run_jobs(
     """
     if executor not in EXECUTORS:
         raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
+    check_workers(workers)
     done: dict[int, dict[str, Any]] = {}
     with _bar(len(jobs), progress) as tick:
         if executor == "serial":
@@ -226,14 +234,65 @@ def _dask_client(
         yield client
 
 
+def check_workers(workers: int | None) -> None:
+    """``None`` (the executor's default) or a positive count.
+
+    Raises:
+        InvalidConfigError: another value.
+    """
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise InvalidConfigError(f"--workers must be an integer >= 1, got {workers!r}")
+
+
 def result_text(document: Mapping[str, Any], scenario: str, job: Job, revision: str) -> str:
     """The saved file: the result document plus ``scenario``, ``sweep`` and
-    ``git_revision``."""
+    ``git_revision`` (strict JSON: a NaN or infinity is written as ``null``)."""
     saved = dict(document)
     saved["scenario"] = scenario
     saved["sweep"] = job.sweep
     saved["git_revision"] = revision
-    return json.dumps(saved, indent=2, allow_nan=False) + "\n"
+    return finite_json(saved, indent=2) + "\n"
+
+
+def _replace_results(results: Path, texts: Mapping[str, str]) -> None:
+    """Make ``results`` hold exactly ``texts`` (file name -> text): write them into a new
+    folder beside it, then swap the folders, so that a failure at any point leaves the
+    old results as they were (and no half-written folder).
+
+    Raises:
+        OutputPathError: a file or folder cannot be written.
+    """
+    parent = results.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{results.name}.new-", dir=parent))
+    except OSError as error:
+        raise OutputPathError(parent, error.strerror or str(error)) from None
+    old: Path | None = None
+    try:
+        for name, text in texts.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        staging.chmod(0o777 & ~_umask())
+        if results.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{results.name}.old-", dir=parent))
+            results.rename(old / results.name)
+        staging.rename(results)
+    except OSError as error:
+        if old is not None and not results.exists():
+            (old / results.name).rename(results)  # put the old results back
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputPathError(results, error.strerror or str(error)) from None
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def run_sweep(
@@ -250,20 +309,33 @@ def run_sweep(
     progress: bool = False,
     report: bool = True,
 ) -> Path:
-    """Run the sweep, write ``out/<name>/results/*.json`` (the folder's old ``*.json``
-    are removed first) and, with ``report``, build the report; return ``out/<name>``."""
+    """Run the sweep, write ``out/<name>/results/*.json`` and, with ``report``, build the
+    report; return ``out/<name>``.
+
+    The arguments and the output folder are checked before any job runs. The new results
+    replace the folder's old ones only once every run has finished and been written: a
+    sweep that fails leaves the old results (and report) as they were.
+
+    Raises:
+        InvalidConfigError: bad axes, seeds, executor or workers.
+        OutputPathError: ``out/<name>/results`` cannot be written.
+    """
     jobs = expand_jobs(scenario, axes, seeds)
+    if executor not in EXECUTORS:
+        raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
+    check_workers(workers)
+    folder = Path(out) / name
+    results = folder / RESULTS_DIR
+    check_output_dir(results)
     documents = run_jobs(
         jobs, runner, executor=executor, workers=workers, scheduler=scheduler, progress=progress
     )
-    folder = Path(out) / name
-    results = folder / RESULTS_DIR
-    results.mkdir(parents=True, exist_ok=True)
-    for old in results.glob("*.json"):
-        old.unlink()
     revision = git_revision()
-    for job, document in zip(jobs, documents, strict=True):
-        (results / job.filename).write_text(result_text(document, name, job, revision))
+    texts = {
+        job.filename: result_text(document, name, job, revision)
+        for job, document in zip(jobs, documents, strict=True)
+    }
+    _replace_results(results, texts)
     if report:
         build_report(folder)
     return folder
@@ -294,10 +366,38 @@ def parse_axis(text: str) -> tuple[str, list[object]]:
 
 
 def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` -> ``[0, 1, 2]``: at least one seed, each an integer >= 0.
+
+    Raises:
+        InvalidConfigError: no seed, or one that is not an integer >= 0.
+    """
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError as error:
         raise InvalidConfigError(f"--seeds wants integers like 0,1,2, got {text!r}") from error
+    if not seeds or any(seed < 0 for seed in seeds):
+        raise InvalidConfigError(
+            f"--seeds wants one or more integers >= 0 like 0,1,2, got {text!r}"
+        )
+    return seeds
+
+
+def parse_axes(texts: Sequence[str]) -> dict[str, list[object]]:
+    """Every ``--axis key=v1,v2``, in order; a key given twice is an error (its values
+    would otherwise be dropped).
+
+    Raises:
+        InvalidConfigError: a malformed axis, or a key given twice.
+    """
+    axes: dict[str, list[object]] = {}
+    for text in texts:
+        key, values = parse_axis(text)
+        if key in axes:
+            raise InvalidConfigError(
+                f"--axis {key} is given twice; give all its values once: --axis {key}=v1,v2"
+            )
+        axes[key] = values
+    return axes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -332,12 +432,21 @@ def default_seeds(scenario: Any, axes: Mapping[str, object]) -> list[int] | None
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``hyckpt sweep``; 0 when every run passed the lockstep checker, else 1."""
+    """Run ``hyckpt sweep``; 0 when every run passed the lockstep checker, else 1.
+
+    Every argument is checked before any run: the options, each ``--axis`` value (applied
+    to the scenario and validated like a file's ``[sweep]`` values) and the output folder.
+    """
+    check_workers(args.workers)
+    cli_axes = parse_axes(args.axis)
+    cli_seeds = parse_seeds(args.seeds) if args.seeds is not None else None
     scenario = load_scenario_ref(args.scenario)
-    axes: dict[str, list[object]] = (
-        dict(parse_axis(a) for a in args.axis) if args.axis else dict(scenario.sweep_axes)
-    )
-    seeds = parse_seeds(args.seeds) if args.seeds else default_seeds(scenario, axes)
+    for key, values in cli_axes.items():
+        for value in values:
+            scenario.with_overrides({key: value})
+    axes: dict[str, list[object]] = cli_axes if args.axis else dict(scenario.sweep_axes)
+    seeds = cli_seeds if cli_seeds is not None else default_seeds(scenario, axes)
+    check_output_dir(Path(args.out) / scenario.name / RESULTS_DIR)
     reference = str(Path(scenario.path).resolve()) if scenario.path is not None else args.scenario
     folder = run_sweep(
         reference,

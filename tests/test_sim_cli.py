@@ -120,3 +120,81 @@ def test_a_bad_trace_line_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -
     error = capsys.readouterr().err
     assert error.startswith(f"hyckpt: error: {bad}:")
     assert "turn_id" in error and "Traceback" not in error
+
+
+# --- bad input: usage errors (exit 2, one line, no traceback) before anything runs -----
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(argv) == 2, argv
+    out, err = capsys.readouterr()
+    assert err.startswith("hyckpt: error: ") and message in err, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_simulate_checks_output_paths_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quick = ["--requests", "5", "--quiet"]
+    missing = tmp_path / "no" / "dir" / "x.json"
+    _usage_error(
+        capsys, ["simulate", *quick, "--json", str(missing)], f"cannot write {missing}: folder"
+    )
+    _usage_error(capsys, ["simulate", *quick, "--json", str(tmp_path)], "it is a folder")
+    profile = tmp_path / "no" / "x.prof"
+    _usage_error(capsys, ["bench", "sim", *quick, "--profile", str(profile)], "cannot write")
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--checkpoint-gib", "nan"], "--checkpoint-gib must be a finite number > 0"),
+        (["--checkpoint-gib", "inf"], "--checkpoint-gib must be a finite number > 0"),
+        (["--checkpoint-gib", "-1"], "--checkpoint-gib must be a finite number > 0"),
+        (["--checkpoint-gib", "0.000001"], "at least one checkpoint slot"),
+        (["--seed", "-1"], "--seed must be an integer >= 0"),
+        (["--workload", "chat", "--trace", str(DATA / "session_trace.jsonl")], "not both"),
+        (["--trace-format", "mooncake"], "--trace-format needs --trace"),
+        (["--block-size", str(2**63 - 1)], "block_size must be an int in [1, 65536]"),
+        (["--kv-blocks", str(2**63 - 1)], "kv_blocks must be an int in [1, 4194304]"),
+        (["--requests", str(2**63 - 1)], "requests must be an int >= 1 and <= 2147483648"),
+    ],
+)
+def test_simulate_rejects_bad_and_conflicting_options(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    _usage_error(capsys, ["simulate", "--requests", "5", "--quiet", *argv], message)
+
+
+def test_simulate_an_empty_trace_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    _usage_error(capsys, ["simulate", "--trace", str(empty), "--quiet"], "holds no requests")
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\n")
+    _usage_error(
+        capsys,
+        ["simulate", "--trace", str(binary), "--quiet"],
+        f"{binary}:1: the line: expected UTF-8 JSON",
+    )
+
+
+def test_sim_config_bounds() -> None:
+    from reference.errors import InvalidConfigError
+    from sim.engine.config import MAX_KV_BLOCKS, SimConfig
+
+    with pytest.raises(InvalidConfigError, match="at least one checkpoint slot"):
+        SimConfig(checkpoint_budget_bytes=1000)
+    with pytest.raises(InvalidConfigError, match="at most 1048576"):
+        SimConfig(model="gpt-oss-20b", checkpoint_budget_bytes=2**50)
+    with pytest.raises(InvalidConfigError, match="step_overhead_s must be a finite number"):
+        SimConfig(step_overhead_s=1e308)
+    with pytest.raises(InvalidConfigError, match=r"eviction_params\['alpha'\] must be a finite"):
+        SimConfig(eviction="flop-aware", eviction_params={"alpha": float("nan")})
+    with pytest.raises(InvalidConfigError, match="seed"):
+        SimConfig(seed=-1)
+    # A model without full-attention KV: the pool sized from GPU memory is capped.
+    assert SimConfig(model="mamba2-2.7b").kv_capacity() == MAX_KV_BLOCKS

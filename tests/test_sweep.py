@@ -24,9 +24,11 @@ from sim.sweep import (
     SEED_AXIS,
     expand_jobs,
     load_scenario_ref,
+    parse_axes,
     parse_axis,
     parse_seeds,
     parse_value,
+    result_text,
     run_jobs,
     run_sweep,
 )
@@ -198,3 +200,89 @@ def test_hyckpt_sweep_runs_every_scenario_seed_by_default(tmp_path: Path) -> Non
 @needs_scenarios
 def test_hyckpt_sweep_reports_bad_scenarios_as_usage_errors(tmp_path: Path) -> None:
     assert cli.main(["sweep", str(tmp_path / "missing.toml"), "--quiet"]) == 2
+
+
+# --- bad input: checked before running; old results kept until the new ones are whole --
+
+
+def failing_runner(scenario: str, overrides: dict[str, object], seed: int | None) -> dict[str, Any]:
+    """Fails on the second job (a run that raises, or a worker that dies)."""
+    if overrides.get("cache.checkpoint_slots") == 8:
+        raise InvalidConfigError("this run fails")
+    return fake_runner(scenario, overrides, seed)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_failing_sweep_leaves_the_old_results_and_report(tmp_path: Path) -> None:
+    folder = run_sweep("t", "t", AXES, [0], tmp_path, runner=fake_runner, executor="serial")
+    before = _tree(folder)
+    assert len(_files(folder)) == 4 and "summary.md" in before
+    with pytest.raises(InvalidConfigError, match="this run fails"):
+        run_sweep(
+            "t",
+            "t",
+            {"cache.checkpoint_slots": [2, 8]},
+            [1],
+            tmp_path,
+            runner=failing_runner,
+            executor="serial",
+        )
+    with pytest.raises(InvalidConfigError, match="at least one seed"):
+        run_sweep("t", "t", AXES, [], tmp_path, runner=fake_runner, executor="serial")
+    assert _tree(folder) == before
+    assert sorted(p.name for p in folder.iterdir()) == ["figures", "results", "summary.md"]
+
+
+def test_result_files_write_nan_as_null() -> None:
+    job = expand_jobs("s", {"a.b": [1]}, [0])[0]
+    saved = json.loads(result_text({"totals": {"x": float("nan")}}, "s", job, "rev"))
+    assert saved["totals"]["x"] is None
+
+
+def test_option_errors_are_caught_before_running() -> None:
+    for bad in (",", "", " , ", "-1", "1,-2"):
+        with pytest.raises(InvalidConfigError, match="--seeds"):
+            parse_seeds(bad)
+    with pytest.raises(InvalidConfigError, match="given twice"):
+        parse_axes(["eviction.policy=lru", "eviction.policy=fifo"])
+    assert parse_axes(["a.b=1", "c.d=x,y"]) == {"a.b": [1], "c.d": ["x", "y"]}
+    for workers in (0, -1):
+        with pytest.raises(InvalidConfigError, match="--workers"):
+            run_jobs([], fake_runner, executor="serial", workers=workers)
+
+
+#: ``hyckpt sweep`` options that are usage errors, and what the error says.
+USAGE_ERRORS: list[tuple[list[str], str]] = [
+    (["--seeds", ","], "--seeds wants one or more integers"),
+    (["--workers", "0"], "--workers must be an integer >= 1"),
+    (["--workers", "-1"], "--workers must be an integer >= 1"),
+    (["--axis", "eviction.policy=lru", "--axis", "eviction.policy=fifo"], "given twice"),
+    (["--axis", "eviction.policy=lru,nope"], "eviction.policy: found 'nope'"),
+    (["--axis", "eviction.params.alpha=nan", "--axis", "eviction.policy=flop-aware"], "finite"),
+    (["--out", "A_FILE"], "cannot write "),
+]
+
+
+@needs_scenarios
+def test_hyckpt_sweep_usage_errors_keep_old_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["sweep", "memory-pressure", "--executor", "serial", "--quiet"]
+    good = [*base, "--axis", "workload.requests=20", "--seeds", "1", "--out", str(tmp_path)]
+    assert cli.main(good) == 0
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    before = _tree(tmp_path)
+    for argv, message in USAGE_ERRORS:
+        argv = [str(a_file) if arg == "A_FILE" else arg for arg in argv]
+        out = [] if "--out" in argv else ["--out", str(tmp_path)]
+        assert cli.main([*base, *argv, *out]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("hyckpt: error: ") and message in err, (argv, err)
+        assert "Traceback" not in err
+        assert _tree(tmp_path) == before

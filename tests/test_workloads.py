@@ -755,6 +755,37 @@ def test_bad_fixture_files_report_their_line() -> None:
         list(mooncake_trace(DATA / "bad_mooncake_trace.jsonl"))
 
 
+@pytest.mark.parametrize("replay", [jsonl_trace, mooncake_trace, "arrivals"])
+def test_non_utf8_trace_lines_are_trace_format_errors(
+    tmp_path: Path, replay: Callable[..., Workload] | str
+) -> None:
+    """Bytes that are not UTF-8 are a malformed line like any other (file:line, what was
+    expected), not a UnicodeDecodeError from deep inside a run."""
+    if replay == "arrivals":
+        good = _line(_MOONCAKE_LINE, {"timestamp": 1})
+    else:
+        base = _SESSION_LINE if replay is jsonl_trace else _MOONCAKE_LINE
+        good = _line(base, {"session_id": "a"} if replay is jsonl_trace else {"timestamp": 1})
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(good.encode() + b"\n\xff\xfe\x00garbage\n")
+    if replay == "arrivals":
+        stream: Iterator[object] = TraceArrivals(path=str(path)).times(random.Random())
+    else:
+        assert callable(replay)
+        stream = iter(replay(path))
+    next(stream)  # the good first line
+    with pytest.raises(TraceFormatError) as caught:
+        next(stream)
+    assert (caught.value.path, caught.value.line, caught.value.field) == (str(path), 2, None)
+    assert str(caught.value).startswith(f"{path}:2: the line: expected UTF-8 JSON, found b'")
+
+
+def test_trace_arrivals_need_an_existing_file(tmp_path: Path) -> None:
+    for path in (tmp_path / "absent.jsonl", tmp_path):
+        with pytest.raises(InvalidConfigError, match=r"TraceArrivals\.path must be an existing"):
+            TraceArrivals(path=str(path))
+
+
 def test_missing_trace_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfigError, match=r"JsonlTraceConfig\.path"):
         jsonl_trace(tmp_path / "absent.jsonl")

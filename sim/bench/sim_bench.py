@@ -26,6 +26,7 @@ from sim.engine.command import progress_bar
 from sim.engine.config import SimConfig
 from sim.engine.run import run_simulation
 from sim.engine.sources import build_workload
+from sim.outputs import OutputPathError, check_output_file
 
 DEFAULT_REQUESTS = 3000
 WORKLOAD = "agentic"
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     stream = sys.stdout if out is None else out
+    if args.profile:
+        check_output_file(args.profile)  # before the run, not after it
     make_requests, description = build_workload(WORKLOAD, args.requests, args.seed)
     config = SimConfig(backend="shadow", seed=args.seed)
     profiler = cProfile.Profile() if args.profile else None
@@ -49,7 +52,10 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
         if profiler is not None:
             profiler.disable()
-            profiler.dump_stats(args.profile)
+            try:
+                profiler.dump_stats(args.profile)
+            except OSError as error:
+                raise OutputPathError(args.profile, error.strerror or str(error)) from None
     totals = result.totals
     prompt_tokens = int(totals["prompt_tokens"])
     requests = totals["requests"]

@@ -8,42 +8,47 @@ a usage or configuration error.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
 
+from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
-from sim.engine.config import BACKEND_NAMES, Faults, SimConfig
+from sim.engine.config import BACKEND_NAMES, MAX_BUDGET_BYTES, MAX_SEED, Faults, SimConfig
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
+from sim.outputs import check_output_file, write_text_atomic
 
 GIB = 2**30
+#: The workload ``hyckpt simulate`` runs without ``--workload`` or ``--trace``.
+DEFAULT_WORKLOAD = "agentic"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyckpt simulate``."""
     defaults = SimConfig()
     parser.add_argument(
-        "--workload", default="agentic", choices=WORKLOAD_NAMES, help="workload generator"
+        "--workload",
+        choices=WORKLOAD_NAMES,
+        help=f"workload generator (default: {DEFAULT_WORKLOAD}; not with --trace)",
     )
     parser.add_argument(
         "--trace", metavar="PATH", help="replay a JSONL trace instead of --workload"
     )
     parser.add_argument(
         "--trace-format",
-        default="sessions",
         choices=TRACE_FORMATS,
-        help="sessions: session_id/turn_id/ts/input_tokens/output_tokens; "
-        "mooncake: timestamp/input_length/output_length/hash_ids",
+        help="with --trace: sessions (default): session_id/turn_id/ts/input_tokens/"
+        "output_tokens; mooncake: timestamp/input_length/output_length/hash_ids",
     )
     parser.add_argument("--requests", type=int, default=1000, help="requests to simulate")
     parser.add_argument(
@@ -84,8 +89,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Reject option combinations the command would otherwise ignore, and values no
+    run can use, before anything runs.
+
+    Raises:
+        InvalidConfigError: the options conflict or a value is out of range.
+    """
+    if args.trace is not None and args.workload is not None:
+        raise InvalidConfigError("give either --workload or --trace, not both")
+    if args.trace is None and args.trace_format is not None:
+        raise InvalidConfigError("--trace-format needs --trace")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise InvalidConfigError(
+            f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
+        )
+    gib = args.checkpoint_gib
+    if not math.isfinite(gib) or gib <= 0 or gib * GIB > MAX_BUDGET_BYTES:
+        raise InvalidConfigError(
+            f"--checkpoint-gib must be a finite number > 0 and <= {MAX_BUDGET_BYTES // GIB}, "
+            f"got {gib}"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """The :class:`SimConfig` the options describe."""
+    """The :class:`SimConfig` the options describe (checked by :func:`check_args`)."""
+    check_args(args)
     return SimConfig(
         model=args.model,
         gpu=args.gpu,
@@ -101,7 +130,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         backend=args.backend,
         impl=args.impl,
         seed=args.seed,
-        closed_loop=closed_loop(args.sessions, trace=bool(args.trace)),
+        closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
         faults=Faults(),
     )
 
@@ -173,15 +202,17 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``hyckpt simulate``; return the exit code."""
     stream = sys.stdout if out is None else out
     config = config_from_args(args)
+    if args.json:
+        check_output_file(args.json)  # before the run, not after it
     make_requests, description = (
-        build_trace(args.trace, args.trace_format, args.requests)
-        if args.trace
-        else build_workload(args.workload, args.requests, args.seed)
+        build_trace(args.trace, args.trace_format or "sessions", args.requests)
+        if args.trace is not None
+        else build_workload(args.workload or DEFAULT_WORKLOAD, args.requests, args.seed)
     )
     with progress_bar(args.requests, not args.quiet, "simulate") as progress:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
     if args.json:
-        Path(args.json).write_text(result.to_json() + "\n")
+        write_text_atomic(args.json, result.to_json() + "\n")
     if not args.quiet:
         for line in summary_lines(result):
             print(line, file=stream)

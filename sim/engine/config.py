@@ -7,6 +7,7 @@ Every value is checked when the object is built; a bad one raises
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -26,18 +27,72 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: Default byte budget of the checkpoint pool: 16 GiB.
 DEFAULT_CHECKPOINT_BUDGET_BYTES = 16 * 2**30
 
+# Upper bounds: far beyond any real deployment, low enough that the pools the engine
+# allocates (lists of pages, slots and batch slots) fit in memory and that every number
+# converts to a float. docs/SCENARIOS.md lists them.
+#: Tokens per KV page at most.
+MAX_BLOCK_SIZE = 2**16
+#: Tokens per engine step at most.
+MAX_TOKEN_BUDGET = 2**20
+#: Running sequences (batch slots) at most.
+MAX_NUM_SEQS = 2**20
+#: Speculative tokens per decode step at most.
+MAX_SPEC_TOKENS = 2**10
+#: KV pages at most (given, or derived from a byte budget or the GPU's memory; a derived
+#: value is capped at it, e.g. for a model without full-attention layers).
+MAX_KV_BLOCKS = 2**22
+#: Snapshot slots at most (given, or derived from the checkpoint byte budget).
+MAX_CHECKPOINT_SLOTS = 2**20
+#: Byte budgets (KV, checkpoint pool) at most: 1 PiB.
+MAX_BUDGET_BYTES = 2**50
+#: Seconds of a fixed cost (per step, per copy, a fault's copy delay) or of the sample
+#: interval at most.
+MAX_SECONDS = 3600.0
+#: Seeds lie in ``[0, MAX_SEED]``.
+MAX_SEED = 2**63 - 1
 
-def _check_int(owner: str, name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}")
+
+def _check_int(
+    owner: str, name: str, value: object, minimum: int, maximum: int | None = None
+) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise InvalidConfigError(f"{owner}.{name} must be an int {bounds}, got {value!r}")
     return value
 
 
 def _check_float(owner: str, name: str, value: object, low: float, high: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an int too large for a float: NaN
+            number = float(value)
+    if not math.isfinite(number) or not low <= number <= high:
         bounds = f"in [{low}, {high}]" if high != math.inf else f">= {low}"
-        raise InvalidConfigError(f"{owner}.{name} must be a number {bounds}, got {value!r}")
-    return float(value)
+        raise InvalidConfigError(f"{owner}.{name} must be a finite number {bounds}, got {value!r}")
+    return number
+
+
+def check_finite_params(owner: str, params: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidConfigError` for a non-finite float in ``params`` (nested
+    lists and tables included): results are JSON, which has no NaN or infinity."""
+
+    def visit(path: str, value: object) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidConfigError(f"{owner}[{path}] must be a finite number, got {value!r}")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                visit(f"{path}.{key}", item)
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                visit(f"{path}[{index}]", item)
+
+    for key, value in params.items():
+        visit(repr(key), value)
 
 
 @dataclass(frozen=True)
@@ -78,7 +133,7 @@ class Faults:
     def __post_init__(self) -> None:
         _check_float("Faults", "capture_failure_rate", self.capture_failure_rate, 0.0, 1.0)
         _check_float("Faults", "preempt_mid_prefill_rate", self.preempt_mid_prefill_rate, 0.0, 1.0)
-        _check_float("Faults", "copy_delay_s", self.copy_delay_s, 0.0)
+        _check_float("Faults", "copy_delay_s", self.copy_delay_s, 0.0, MAX_SECONDS)
         for name in (
             "broken_backend",
             "publish_failed_captures",
@@ -172,22 +227,26 @@ class SimConfig:
         owner = "SimConfig"
         get_model(self.model)
         get_gpu(self.gpu)
-        block = _check_int(owner, "block_size", self.block_size, 1)
+        block = _check_int(owner, "block_size", self.block_size, 1, MAX_BLOCK_SIZE)
         unit = (
-            block if self.hash_unit is None else _check_int(owner, "hash_unit", self.hash_unit, 1)
+            block
+            if self.hash_unit is None
+            else _check_int(owner, "hash_unit", self.hash_unit, 1, MAX_BLOCK_SIZE)
         )
         if block % unit:
             raise InvalidConfigError(
                 f"SimConfig.hash_unit={unit} must divide block_size={block} (KV block "
                 "digests are the index's unit digests every B/h units)"
             )
-        _check_int(owner, "token_budget", self.token_budget, 1)
-        _check_int(owner, "max_num_seqs", self.max_num_seqs, 1)
+        _check_int(owner, "token_budget", self.token_budget, 1, MAX_TOKEN_BUDGET)
+        _check_int(owner, "max_num_seqs", self.max_num_seqs, 1, MAX_NUM_SEQS)
         if self.kv_blocks is not None:
-            _check_int(owner, "kv_blocks", self.kv_blocks, 1)
+            _check_int(owner, "kv_blocks", self.kv_blocks, 1, MAX_KV_BLOCKS)
         if self.checkpoint_slots is not None:
-            _check_int(owner, "checkpoint_slots", self.checkpoint_slots, 1)
-        _check_int(owner, "checkpoint_budget_bytes", self.checkpoint_budget_bytes, 1)
+            _check_int(owner, "checkpoint_slots", self.checkpoint_slots, 1, MAX_CHECKPOINT_SLOTS)
+        _check_int(
+            owner, "checkpoint_budget_bytes", self.checkpoint_budget_bytes, 1, MAX_BUDGET_BYTES
+        )
         if self.placement not in PLACEMENT_POLICIES:
             raise InvalidConfigError(
                 f"unknown placement policy {self.placement!r} "
@@ -198,7 +257,7 @@ class SimConfig:
                 f"unknown eviction policy {self.eviction!r} "
                 f"(known: {', '.join(sorted(EVICTION_POLICIES))})"
             )
-        spec = _check_int(owner, "spec_tokens", self.spec_tokens, 0)
+        spec = _check_int(owner, "spec_tokens", self.spec_tokens, 0, MAX_SPEC_TOKENS)
         _check_float(owner, "spec_acceptance", self.spec_acceptance, 0.0, 1.0)
         if self.token_budget < self.max_num_seqs * (1 + spec):
             raise InvalidConfigError(
@@ -212,9 +271,10 @@ class SimConfig:
             )
         if self.backend == "external" and not self.impl:
             raise InvalidConfigError("backend 'external' needs impl='module:factory'")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise InvalidConfigError(f"SimConfig.seed must be an int, got {self.seed!r}")
-        _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9)
+        _check_int(owner, "seed", self.seed, 0, MAX_SEED)
+        _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9, MAX_SECONDS)
+        for name in ("step_overhead_s", "copy_launch_s"):
+            _check_float(owner, name, getattr(self, name), 0.0, MAX_SECONDS)
         if not isinstance(self.closed_loop, bool):
             raise InvalidConfigError(
                 f"SimConfig.closed_loop must be a bool, got {self.closed_loop!r}"
@@ -223,7 +283,11 @@ class SimConfig:
             raise InvalidConfigError("SimConfig.faults must be a Faults instance")
         object.__setattr__(self, "placement_params", dict(self.placement_params))
         object.__setattr__(self, "eviction_params", dict(self.eviction_params))
+        check_finite_params("SimConfig.placement_params", self.placement_params)
+        check_finite_params("SimConfig.eviction_params", self.eviction_params)
         self.costs()  # validates the cost parameters
+        if self.checkpoint_slots is None:
+            self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
 
     # --- derived values ----------------------------------------------------------------
 
@@ -263,11 +327,27 @@ class SimConfig:
         }
 
     def checkpoint_capacity(self) -> int:
-        """Snapshot slots of the checkpoint pool (at least 1)."""
+        """Snapshot slots of the checkpoint pool: ``checkpoint_slots``, else as many as
+        ``checkpoint_budget_bytes`` holds (at least one: checked when built)."""
         if self.checkpoint_slots is not None:
             return self.checkpoint_slots
+        return self._budget_slots()
+
+    def _budget_slots(self) -> int:
         per_slot = self.checkpoint_slot_bytes()
-        return max(1, self.checkpoint_budget_bytes // per_slot)
+        slots = self.checkpoint_budget_bytes // per_slot
+        if slots < 1:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_budget_bytes={self.checkpoint_budget_bytes} must hold "
+                f"at least one checkpoint slot ({per_slot} bytes)"
+            )
+        if slots > MAX_CHECKPOINT_SLOTS:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_budget_bytes={self.checkpoint_budget_bytes} holds "
+                f"{slots} checkpoint slots of {per_slot} bytes; at most "
+                f"{MAX_CHECKPOINT_SLOTS} are allowed"
+            )
+        return slots
 
     def checkpoint_slot_bytes(self) -> int:
         """Bytes one snapshot slot preallocates: the recurrent axis and a full partial page."""
@@ -279,7 +359,8 @@ class SimConfig:
 
         Default: ``0.9 * gpu memory - resident weights - max_num_seqs * recurrent bytes -
         checkpoint pool``, divided by the bytes of one page; at least one ``token_budget``
-        worth of pages (:meth:`memory_plan` then reports the overcommit).
+        worth of pages (:meth:`memory_plan` then reports the overcommit), at most
+        :data:`MAX_KV_BLOCKS` (a model without full-attention layers needs no KV bytes).
         """
         if self.kv_blocks is not None:
             return self.kv_blocks
@@ -288,7 +369,7 @@ class SimConfig:
         free = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION) - sum(fixed.values())
         page = self.block_size * max(costs.kv_bytes_per_token, 1)
         minimum = -(-self.token_budget // self.block_size) + 1
-        return max(minimum, free // page)
+        return min(MAX_KV_BLOCKS, max(minimum, free // page))
 
     def _fixed_memory_bytes(self) -> dict[str, int]:
         costs = self.costs()

@@ -8,6 +8,7 @@ kept out of it on purpose.
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -89,4 +90,24 @@ class SimResult:
 
     def to_json(self, indent: int | None = 2) -> str:
         """:meth:`to_dict` as JSON text (NaN written as ``null``)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return finite_json(self.to_dict(), indent=indent)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, infinity) replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def finite_json(document: Any, indent: int | None = 2) -> str:
+    """``document`` as strict JSON: a NaN or an infinity (which JSON cannot hold) is
+    written as ``null``, so that a run's result is never lost to one."""
+    try:
+        return json.dumps(document, indent=indent, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(document), indent=indent, allow_nan=False)

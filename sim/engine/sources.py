@@ -9,6 +9,7 @@ requests; sessions start lazily, so only those needed are generated.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,6 +38,31 @@ ALIASES: dict[str, str] = {
 #: Every accepted workload name (aliases and generator names).
 WORKLOAD_NAMES: tuple[str, ...] = (*ALIASES, *COUNT_FIELDS)
 
+#: Requests one run simulates at most.
+MAX_REQUESTS = 2**31
+
+
+def _check_requests(requests: object) -> int:
+    if (
+        isinstance(requests, bool)
+        or not isinstance(requests, int)
+        or not 1 <= requests <= MAX_REQUESTS
+    ):
+        raise InvalidConfigError(
+            f"requests must be an int >= 1 and <= {MAX_REQUESTS}, got {requests!r}"
+        )
+    return requests
+
+
+def _at_least_one(requests: Iterator[RequestLike], why: str) -> Iterator[RequestLike]:
+    """``requests``, or an :class:`InvalidConfigError` saying ``why`` when it is empty (a
+    run of no requests measures nothing)."""
+    first = next(requests, None)
+    if first is None:
+        raise InvalidConfigError(f"no requests to simulate: {why}")
+    yield first
+    yield from requests
+
 
 def canonical_name(name: str) -> str:
     """The generator name of ``name`` (an alias or a generator name).
@@ -62,17 +88,33 @@ def build_workload(
         params: fields of the generator's configuration (``max_context_tokens``, ...).
 
     Raises:
-        InvalidConfigError: unknown name, bad count, or a bad parameter.
+        InvalidConfigError: unknown name, bad count, or a bad parameter; while
+            streaming, a workload that yields no request.
     """
     from sim.workloads import make_workload
+    from sim.workloads.registry import CONFIG_TYPES
 
-    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
-        raise InvalidConfigError(f"requests must be an int >= 1, got {requests!r}")
+    _check_requests(requests)
     canonical = canonical_name(name)
-    workload = make_workload(canonical, seed, **{COUNT_FIELDS[canonical]: requests, **params})
+    config_type = CONFIG_TYPES[canonical]
+    known = [*sorted(f.name for f in dataclasses.fields(config_type) if f.init), "id_space"]
+    for key in params:  # the registry also takes name=: this function sets it itself
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidConfigError(
+                f"{config_type.__name__} has no parameter {key!r} (known: {', '.join(known)}){hint}"
+            )
+    count = COUNT_FIELDS[canonical]
+    workload = make_workload(canonical, seed, **{count: requests, **params})
+    why = (
+        f"workload {canonical} generated none ({count} = {params[count]!r})"
+        if count in params
+        else f"workload {canonical} generated none with these parameters"
+    )
 
     def stream() -> Iterator[RequestLike]:
-        return itertools.islice(iter(workload), requests)
+        return _at_least_one(itertools.islice(iter(workload), requests), why)
 
     config = workload.config
     fields = (
@@ -113,12 +155,12 @@ def build_trace(
         raise InvalidConfigError(
             f"unknown trace format {trace_format!r} (known: {', '.join(TRACE_FORMATS)})"
         )
-    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
-        raise InvalidConfigError(f"requests must be an int >= 1, got {requests!r}")
+    _check_requests(requests)
     workload = jsonl_trace(path) if trace_format == "sessions" else mooncake_trace(path)
+    why = f"trace {path} holds no requests (it has no non-blank line)"
 
     def stream() -> Iterator[RequestLike]:
-        return itertools.islice(iter(workload), requests)
+        return _at_least_one(itertools.islice(iter(workload), requests), why)
 
     description: dict[str, object] = {
         "name": f"{trace_format}-trace",

@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from reference.errors import InvalidConfigError
 from sim.engine.command import progress_bar, summary_lines
+from sim.engine.config import MAX_SEED
 from sim.engine.result import SimResult
+from sim.outputs import check_output_dir, check_output_file
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, load_default_scenario, load_scenario
 from sim.scenarios.runner import (
     REPORTS_DIR,
@@ -88,12 +91,20 @@ def _verdict(scenario: Scenario, result: SimResult, quiet: bool, out: TextIO) ->
 def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``hyckpt run``: one scenario, one seed; exit 1 when an expectation fails."""
     stream = sys.stdout if out is None else out
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise InvalidConfigError(
+            f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
+        )
+    if args.out is not None:
+        check_output_dir(args.out)
+    if args.json:
+        check_output_file(args.json, create_parents=True)
     scenario = resolve(args.scenario)
     seed = scenario.seed if args.seed is None else args.seed
+    target = result_path(scenario, seed, None if args.out is None else Path(args.out))
+    check_output_file(target, create_parents=True)  # before a long run, not after it
     result = _simulate(scenario, seed, args.quiet)
-    path = write_result(
-        result, result_path(scenario, seed, None if args.out is None else Path(args.out))
-    )
+    path = write_result(result, target)
     if args.json:
         write_result(result, Path(args.json))
     if not args.quiet:
@@ -118,6 +129,9 @@ def check_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except ScenarioError as error:
             bad += 1
             print(f"{error.file}: error: {error.detail}", file=stream)
+        except Exception as error:  # one bad file must not stop the check of the others
+            bad += 1
+            print(f"{path}: error: {type(error).__name__}: {error}", file=stream)
         else:
             print(f"{path}: ok", file=stream)
     return 1 if bad else 0
@@ -136,6 +150,8 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         "checkpoint semantics step by step",
         file=stream,
     )
+    for seed in scenario.seeds:
+        check_output_file(result_path(scenario, seed), create_parents=True)
     failed = False
     for seed in scenario.seeds:
         result = _simulate(scenario, seed, False)

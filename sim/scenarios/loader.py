@@ -8,6 +8,7 @@ keys and tables get a "did you mean" suggestion for near-misses.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,9 +18,16 @@ from typing import Any
 
 from reference.errors import HyckptError
 from reference.eviction import make_eviction
+from reference.loading import load_implementation
 from reference.placement import make_placement
 from reference.sizes import get_model
-from sim.engine.config import Faults, SimConfig
+from sim.engine.config import (
+    MAX_CHECKPOINT_SLOTS,
+    MAX_KV_BLOCKS,
+    Faults,
+    SimConfig,
+    check_finite_params,
+)
 from sim.engine.costs import CostModel, get_gpu
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import closed_loop
@@ -40,6 +48,12 @@ from sim.scenarios.schema import (
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 #: The packaged copy of the default scenario (identical to one in :data:`SCENARIO_DIR`).
 DEFAULT_SCENARIO_RESOURCE = "default.toml"
+#: ``workload.params`` keys the loader sets from other keys (key -> the key to set).
+RESERVED_KEYS: dict[str, str] = {
+    "name": "workload.generator",
+    "seed": "scenario.seed (or scenario.seeds)",
+    "requests": "workload.requests",
+}
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,13 @@ def build_scenario(
         trace = tables["workload"]["trace"]
         if isinstance(trace, str) and not Path(trace).is_absolute():
             data["workload"]["trace"] = tables["workload"]["trace"] = str(base_dir / trace)
+        # An arrivals trace (workload.params.arrivals = {kind = "trace", path = ...}) is
+        # relative to the scenario file too; tables["workload"]["params"] is that dict.
+        arrivals = tables["workload"]["params"].get("arrivals")
+        if isinstance(arrivals, dict) and arrivals.get("kind") == "trace":
+            path = arrivals.get("path")
+            if isinstance(path, str) and path and not Path(path).is_absolute():
+                arrivals["path"] = str(base_dir / path)
     expect = _expect(data, where)
     scenario = _assemble(data, tables, expect, where, path)
     axes = _sweep(data, scenario, where, check_sweep)
@@ -250,6 +271,13 @@ def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
         if problem is not None:
             raise ScenarioError(where, f"expect.{key}", value, problem)
         expect[key] = value
+    if "min_lockstep_violations" in raw and "max_lockstep_violations" not in raw:
+        # A scenario that expects violations: the default bound of 0 does not apply.
+        del expect["max_lockstep_violations"]
+    for key, value in raw.items():
+        upper = f"max_{key.removeprefix('min_')}"
+        if key.startswith("min_") and upper in raw and value > raw[upper]:
+            raise ScenarioError(where, f"expect.{key}", value, f"<= expect.{upper} ({raw[upper]})")
     return expect
 
 
@@ -260,6 +288,8 @@ def _sweep(
     if not isinstance(raw, dict):
         raise ScenarioError(where, "sweep", raw, "a table of dotted key paths to lists")
     axes: dict[str, list[object]] = {}
+    # Every axis's shape first, so that an error names the axis that has it (a value is
+    # checked by overriding it into the file, whose other axes must then be well-formed).
     for key, values in _flatten(raw).items():
         dotted = f"sweep.{key}"
         if key.split(".")[0] in ("sweep", "expect") or key.split(".")[0] not in SCHEMA:
@@ -272,12 +302,14 @@ def _sweep(
             )
         if not isinstance(values, list) or not values:
             raise ScenarioError(where, dotted, values, "a non-empty list of values")
-        for index, value in enumerate(values if check else ()):
+        axes[key] = list(values)
+    for key, values in axes.items() if check else ():
+        for index, value in enumerate(values):
             try:
                 scenario._override({key: value}, check_sweep=False)
             except ScenarioError as error:
-                raise ScenarioError(where, f"{dotted}[{index}]", value, error.expected) from None
-        axes[key] = list(values)
+                expected = error.expected if error.key == key else f"{error.key}: {error.expected}"
+                raise ScenarioError(where, f"sweep.{key}[{index}]", value, expected) from None
     return axes
 
 
@@ -322,12 +354,12 @@ def _assemble(
         )
         page = cache["block_size"] * max(costs.kv_bytes_per_token, 1)
         kv_blocks = cache["kv_budget_bytes"] // page
-        if kv_blocks < 1:
+        if not 1 <= kv_blocks <= MAX_KV_BLOCKS:
             raise ScenarioError(
                 where,
                 "cache.kv_budget_bytes",
                 cache["kv_budget_bytes"],
-                f"at least one KV page ({page} bytes)",
+                f"at least one and at most {MAX_KV_BLOCKS} KV pages ({page} bytes each)",
             )
     placement, eviction, backend = tables["placement"], tables["eviction"], tables["backend"]
     faults_table = {k: v for k, v in tables["faults"].items() if k != "params"}
@@ -349,6 +381,14 @@ def _assemble(
         )
     if backend["name"] == "external" and backend["impl"] is None:
         raise ScenarioError(where, "backend.impl", None, "module:factory for backend 'external'")
+    for table in ("placement", "eviction"):
+        for key, value in tables[table]["params"].items():
+            try:
+                check_finite_params(f"{table}.params", {key: value})
+            except HyckptError:
+                raise ScenarioError(
+                    where, f"{table}.params.{key}", value, "finite numbers (no nan or inf)"
+                ) from None
     try:
         config = SimConfig(
             model=model["name"],
@@ -358,7 +398,6 @@ def _assemble(
             token_budget=cache["token_budget"],
             max_num_seqs=engine["max_num_seqs"],
             kv_blocks=kv_blocks,
-            checkpoint_slots=cache["checkpoint_slots"],
             checkpoint_budget_bytes=cache["checkpoint_budget_bytes"],
             placement=placement["policy"],
             placement_params=placement["params"],
@@ -381,11 +420,31 @@ def _assemble(
             step_overhead_s=engine["step_overhead_s"],
             copy_launch_s=engine["copy_launch_s"],
             faults=Faults(**faults_table),
+            # Sized below, so that an error can name cache.checkpoint_budget_bytes.
+            checkpoint_slots=cache["checkpoint_slots"] or 1,
         )
     except HyckptError as error:
         raise ScenarioError(
             where, "(engine configuration)", MISSING, f"a valid engine ({error})"
         ) from None
+    if cache["checkpoint_slots"] is None:
+        per_slot = config.checkpoint_slot_bytes()
+        if not 1 <= cache["checkpoint_budget_bytes"] // per_slot <= MAX_CHECKPOINT_SLOTS:
+            raise ScenarioError(
+                where,
+                "cache.checkpoint_budget_bytes",
+                cache["checkpoint_budget_bytes"],
+                f"at least one and at most {MAX_CHECKPOINT_SLOTS} checkpoint slots "
+                f"({per_slot} bytes each)",
+            )
+        config = dataclasses.replace(config, checkpoint_slots=None)
+    if backend["impl"] is not None:
+        try:
+            load_implementation(backend["impl"])
+        except HyckptError as error:
+            raise ScenarioError(
+                where, "backend.impl", backend["impl"], f"a loadable module:factory ({error})"
+            ) from None
     for table, check in (
         ("placement", lambda: make_placement(config.placement, **config.placement_arguments())),
         ("eviction", lambda: make_eviction(config.eviction, **config.eviction_params)),
@@ -428,15 +487,29 @@ def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
             )
         if not Path(trace).is_file():
             raise ScenarioError(where, "workload.trace", trace, "an existing trace file")
-        return WorkloadSpec(None, table["requests"], {}, trace, table["trace_format"])
+        traced = WorkloadSpec(None, table["requests"], {}, trace, table["trace_format"])
+        try:
+            _start(traced, seed)
+        except HyckptError as error:
+            expected = f"a trace that yields requests ({error})"
+            raise ScenarioError(where, "workload.trace", trace, expected) from None
+        return traced
+    for key, owner in RESERVED_KEYS.items():
+        if key in table["params"]:
+            raise ScenarioError(
+                where,
+                f"workload.params.{key}",
+                table["params"][key],
+                f"no {key!r} here: it is reserved, set {owner} instead",
+            )
     spec = WorkloadSpec(canonical_name(generator), table["requests"], dict(table["params"]))
     try:
-        spec.build(seed)
+        _start(spec, seed)
     except HyckptError as error:
         # Name the parameter when it is wrong on its own; else the table (cross-field).
         for key, value in spec.params.items():
             try:
-                WorkloadSpec(spec.generator, 1, {key: value}).build(seed)
+                _start(WorkloadSpec(spec.generator, 1, {key: value}), seed)
             except HyckptError as single:
                 expected = f"a valid parameter ({single})"
                 raise ScenarioError(where, f"workload.params.{key}", value, expected) from None
@@ -444,3 +517,11 @@ def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
             where, "workload.params", table["params"], f"valid parameters ({error})"
         ) from None
     return spec
+
+
+def _start(spec: WorkloadSpec, seed: int) -> None:
+    """Build the workload and make its first request: a workload that yields none (a
+    count of 0, an empty trace) or cannot start (an unreadable arrivals or trace file, a
+    bad first line) is an error of the file, found by ``hyckpt check``, not by a run."""
+    stream, _ = spec.build(seed)
+    next(iter(stream()))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
+from sim.outputs import write_text_atomic
 from sim.scenarios.loader import Scenario
 from sim.scenarios.schema import EXPECTATIONS
 
@@ -62,7 +63,11 @@ def result_path(scenario: Scenario, seed: int, out: Path | None = None) -> Path:
 
 
 def write_result(result: SimResult, path: Path) -> Path:
-    """Write ``result`` as JSON to ``path`` (creating folders); return ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.to_json() + "\n", encoding="utf-8")
+    """Write ``result`` as JSON to ``path`` (creating folders; whole or not at all);
+    return ``path``.
+
+    Raises:
+        OutputPathError: ``path`` cannot be written.
+    """
+    write_text_atomic(path, result.to_json() + "\n", create_parents=True)
     return path

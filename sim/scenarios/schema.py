@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +23,28 @@ from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
-from sim.engine.config import BACKEND_NAMES
+from sim.engine.config import (
+    BACKEND_NAMES,
+    MAX_BLOCK_SIZE,
+    MAX_BUDGET_BYTES,
+    MAX_CHECKPOINT_SLOTS,
+    MAX_KV_BLOCKS,
+    MAX_NUM_SEQS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_SPEC_TOKENS,
+    MAX_TOKEN_BUDGET,
+)
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.sessions import SESSION_MODES
-from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES
+from sim.engine.sources import MAX_REQUESTS, TRACE_FORMATS, WORKLOAD_NAMES
+
+#: Largest integer any key takes unless it has a tighter bound (counts in ``[expect]``).
+MAX_INTEGER = 2**63 - 1
+
+
+#: Characters of a value an error message shows at most (a 400-digit number is cut).
+MAX_SHOWN = 200
 
 
 class ScenarioError(InvalidConfigError):
@@ -41,6 +60,8 @@ class ScenarioError(InvalidConfigError):
     def __init__(self, file: str, key: str, value: object, expected: str) -> None:
         self.file, self.key, self.value, self.expected = file, key, value, expected
         found = "nothing" if value is MISSING else repr(value)
+        if len(found) > MAX_SHOWN:
+            found = f"{found[: MAX_SHOWN // 2]}... ({len(found)} characters)"
         self.detail = f"{key}: found {found}, expected {expected}"
         super().__init__(f"{file}: {self.detail}")
 
@@ -68,26 +89,35 @@ Check = Callable[[object], str | None]
 """A value check: ``None`` when the value is fine, else what was expected."""
 
 
-def integer(minimum: int = 0) -> Check:
-    """An int (not a bool) ``>= minimum``."""
+def integer(minimum: int = 0, maximum: int = MAX_INTEGER) -> Check:
+    """An int (not a bool) in ``[minimum, maximum]``."""
 
     def check(value: object) -> str | None:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-        return None if ok else f"an integer >= {minimum}"
+        ok = isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum
+        return None if ok else f"an integer >= {minimum} and <= {maximum}"
 
     return check
+
+
+def _as_float(value: object) -> float:
+    """``value`` as a float; NaN for a bool, a non-number or an int too large for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
 
 
 def number(low: float = 0.0, high: float = math.inf, *, strict: bool = False) -> Check:
     """A finite int or float in ``[low, high]`` (``(low, high]`` when ``strict``)."""
 
     def check(value: object) -> str | None:
+        as_float = _as_float(value)
         ok = (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and (value > low if strict else value >= low)
-            and value <= high
+            math.isfinite(as_float)
+            and (as_float > low if strict else as_float >= low)
+            and as_float <= high
         )
         if ok:
             return None
@@ -124,13 +154,35 @@ def choice(options: list[str] | tuple[str, ...]) -> Check:
 
 
 def seed_list(value: object) -> str | None:
-    """A non-empty list of integers."""
+    """A non-empty list of seeds (integers in ``[0, MAX_SEED]``)."""
     ok = (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and all(integer(0, MAX_SEED)(v) is None for v in value)
     )
-    return None if ok else "a non-empty list of integers"
+    return None if ok else f"a non-empty list of integers >= 0 and <= {MAX_SEED}"
+
+
+#: ``scenario.name``: it names result files and ``reports/<name>/``, so it stays a plain
+#: file name (no path separators, no leading dot).
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+#: Characters in ``scenario.name`` at most.
+MAX_NAME_LENGTH = 100
+
+
+def scenario_name(value: object) -> str | None:
+    """A file name: letters, digits, ``-``, ``_`` and ``.``, not starting with ``.``."""
+    ok = (
+        isinstance(value, str)
+        and len(value) <= MAX_NAME_LENGTH
+        and NAME_PATTERN.fullmatch(value) is not None
+    )
+    return (
+        None
+        if ok
+        else f"a name of at most {MAX_NAME_LENGTH} letters, digits, '-', '_' and '.', "
+        "not starting with '.' (it names result files and reports/<name>/)"
+    )
 
 
 @dataclass(frozen=True)
@@ -149,24 +201,28 @@ class Key:
 
 
 _SIM_ENGINE: dict[str, Key] = {
-    "max_num_seqs": Key(integer(1), 256, "running sequences at most (batch slots)"),
-    "spec_tokens": Key(integer(0), 0, "speculative (MTP) tokens proposed per decode step"),
+    "max_num_seqs": Key(integer(1, MAX_NUM_SEQS), 256, "running sequences at most (batch slots)"),
+    "spec_tokens": Key(
+        integer(0, MAX_SPEC_TOKENS), 0, "speculative (MTP) tokens proposed per decode step"
+    ),
     "spec_acceptance": Key(number(0.0, 1.0), 0.7, "probability each proposed token is accepted"),
-    "sample_interval_s": Key(number(0.0, strict=True), 1.0, "seconds between series samples"),
+    "sample_interval_s": Key(
+        number(0.0, MAX_SECONDS, strict=True), 1.0, "seconds between series samples"
+    ),
     "fuse_decode_steps": Key(boolean, True, "fuse decode-only steps (same results, faster)"),
     "mfu": Key(number(0.0, 1.0, strict=True), 0.5, "achieved fraction of peak FLOP/s"),
     "mbu": Key(number(0.0, 1.0, strict=True), 0.8, "achieved fraction of HBM bandwidth"),
     "copy_efficiency": Key(number(0.0, 1.0, strict=True), 0.8, "copy fraction of HBM bandwidth"),
-    "step_overhead_s": Key(number(0.0), 0.0005, "fixed seconds per step"),
-    "copy_launch_s": Key(number(0.0), 0.000005, "fixed seconds per copy"),
+    "step_overhead_s": Key(number(0.0, MAX_SECONDS), 0.0005, "fixed seconds per step"),
+    "copy_launch_s": Key(number(0.0, MAX_SECONDS), 0.000005, "fixed seconds per copy"),
 }
 
 #: Every table and its keys. ``None`` defaults mean "unset" (the engine sizes it).
 SCHEMA: dict[str, dict[str, Key]] = {
     "scenario": {
-        "name": Key(text, MISSING, "scenario name: result file names and reports/<name>/"),
+        "name": Key(scenario_name, MISSING, "scenario name: result file names and reports/<name>/"),
         "description": Key(text, "", "one or two sentences on what the scenario models"),
-        "seed": Key(integer(0), None, "the seed of the workload and the engine"),
+        "seed": Key(integer(0, MAX_SEED), None, "the seed of the workload and the engine"),
         "seeds": Key(seed_list, None, "seeds to run (sweeps, reports); the first is `seed`"),
     },
     "model": {
@@ -174,14 +230,24 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gpu": Key(choice(list(GPU_PRESETS)), "h200", "GPU preset (sim/engine/costs.py)"),
     },
     "cache": {
-        "block_size": Key(integer(1), 16, "tokens per KV page B"),
-        "hash_unit": Key(integer(1), None, "prefix-hash unit h in tokens (divides B; unset = B)"),
-        "token_budget": Key(integer(1), 8192, "tokens scheduled per engine step"),
-        "kv_blocks": Key(integer(1), None, "KV pages (unset: kv_budget_bytes or GPU memory)"),
-        "kv_budget_bytes": Key(integer(1), None, "KV-axis byte budget (pages = bytes / page)"),
-        "checkpoint_slots": Key(integer(1), None, "snapshot slots (unset: the byte budget)"),
+        "block_size": Key(integer(1, MAX_BLOCK_SIZE), 16, "tokens per KV page B"),
+        "hash_unit": Key(
+            integer(1, MAX_BLOCK_SIZE), None, "prefix-hash unit h in tokens (divides B; unset = B)"
+        ),
+        "token_budget": Key(integer(1, MAX_TOKEN_BUDGET), 8192, "tokens scheduled per engine step"),
+        "kv_blocks": Key(
+            integer(1, MAX_KV_BLOCKS), None, "KV pages (unset: kv_budget_bytes or GPU memory)"
+        ),
+        "kv_budget_bytes": Key(
+            integer(1, MAX_BUDGET_BYTES), None, "KV-axis byte budget (pages = bytes / page)"
+        ),
+        "checkpoint_slots": Key(
+            integer(1, MAX_CHECKPOINT_SLOTS), None, "snapshot slots (unset: the byte budget)"
+        ),
         "checkpoint_budget_bytes": Key(
-            integer(1), 16 * 2**30, "checkpoint-pool bytes (recurrent + partial-KV axes)"
+            integer(1, MAX_BUDGET_BYTES),
+            16 * 2**30,
+            "checkpoint-pool bytes (recurrent + partial-KV axes)",
         ),
     },
     "engine": _SIM_ENGINE,
@@ -201,7 +267,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "closed: a turn arrives its think time after the previous one finished; open: at "
             "the workload's time (default: closed for a generator, open for a trace)",
         ),
-        "requests": Key(integer(1), MISSING, "requests to simulate"),
+        "requests": Key(integer(1, MAX_REQUESTS), MISSING, "requests to simulate"),
     },
     "backend": {
         "name": Key(choice(list(BACKEND_NAMES)), "shadow", "data backend"),
@@ -211,7 +277,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "faults": {
         "capture_failure_rate": Key(number(0.0, 1.0), 0.0, "probability a capture fails"),
         "preempt_mid_prefill_rate": Key(number(0.0, 1.0), 0.0, "per-step preemption chance"),
-        "copy_delay_s": Key(number(0.0), 0.0, "extra seconds per copy job"),
+        "copy_delay_s": Key(number(0.0, MAX_SECONDS), 0.0, "extra seconds per copy job"),
         "broken_backend": Key(boolean, False, "declines inside-chunk captures (a violation)"),
         "publish_failed_captures": Key(boolean, False, "engine mistake: publish failures"),
         "skip_abort_on_preempt": Key(boolean, False, "engine mistake: no abort on preempt"),
@@ -305,9 +371,17 @@ DEFAULT_EXPECT: dict[str, float] = {"max_lockstep_violations": 0}
 TABLES: tuple[str, ...] = (*SCHEMA, "expect", "sweep")
 
 
+#: ``[expect]`` keys that bound a rate (a fraction in ``[0, 1]``).
+RATE_EXPECTATIONS = frozenset(
+    {"min_token_hit_rate", "max_token_hit_rate", "min_request_hit_rate", "max_request_hit_rate"}
+)
+
+
 def check_expect_value(name: str, value: object) -> str | None:
     """What an ``[expect]`` value should be, or ``None`` when it is fine."""
     spec = EXPECTATIONS[name]
     if spec.integral:
         return integer(0)(value)
+    if name in RATE_EXPECTATIONS:
+        return number(0.0, 1.0)(value)
     return number(0.0)(value)

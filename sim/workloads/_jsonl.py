@@ -18,11 +18,15 @@ def read_objects(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
     """``(line number, object)`` for every non-blank line, read one line at a time."""
     name = os.fspath(path)
     try:
-        handle = open(name, encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        handle = open(name, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as error:
         raise InvalidConfigError(f"cannot open trace file {name!r}: {error}") from None
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceFormatError(name, number, None, raw.strip()[:80], "UTF-8 JSON") from None
             if not line.strip():
                 continue
             try:

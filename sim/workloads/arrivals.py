@@ -106,6 +106,8 @@ class TraceArrivals:
             previous = number
         if self.path is not None and (not isinstance(self.path, str | os.PathLike) or self.times_s):
             raise fail(owner, "path", self.path, "a file path, given without times_s")
+        if self.path is not None and not os.path.isfile(self.path):
+            raise fail(owner, "path", self.path, "an existing file")
         if self.path is None and not self.times_s:
             raise fail(owner, "times_s", self.times_s, "non-empty when no path is given")
         if not isinstance(self.field, str) or not self.field:

@@ -122,6 +122,15 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "mooncake_trace": _trace(mooncake_trace, "mooncake_trace"),
 }
 
+#: The configuration dataclass of each generator (its fields are the parameters).
+CONFIG_TYPES: dict[str, type[Any]] = {
+    "multi_turn_chat": ChatConfig,
+    "shared_system_prompt": SharedSystemPromptConfig,
+    "agentic_loop": AgenticConfig,
+    "few_shot_branching": FewShotConfig,
+    "long_document_qa": DocumentQAConfig,
+}
+
 #: The count parameter of each generator (requests, or sessions of one or more requests).
 _COUNT_PARAMETER = {
     "multi_turn_chat": "num_sessions",
