@@ -65,10 +65,16 @@ def test_the_exactness_harness_plays_the_implementations_exporter() -> None:
 
 def test_undeclared_features_are_skipped_with_the_reason() -> None:
     """Without pins, invalidation, draft pairing, boundary rows or an exporter (each of
-    which raises if called), the exactness and stateful index suites skip what needs them
+    which raises if called), the index, storage and exactness suites skip what needs them
     and pass the rest."""
     output = run_pytest(
-        "tests/test_exactness.py", "tests/test_index_stateful.py", "--impl", NO_OPTIONAL_FEATURES
+        "tests/test_exactness.py",
+        "tests/test_index.py",
+        "tests/test_index_stateful.py",
+        "tests/test_storage.py",
+        "tests/test_storage_stateful.py",
+        "--impl",
+        NO_OPTIONAL_FEATURES,
     )
     assert outcomes(output, "FAILED") == [], output[-3000:]
     skipped = "\n".join(outcomes(output, "SKIPPED"))
@@ -81,5 +87,7 @@ def test_undeclared_features_are_skipped_with_the_reason() -> None:
         "test_exactness.py::test_worked_examples[capture-at-chunk-end-p-mod-B-nonzero-no-draft]",
         "test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness[no-conv-window-no-draft-capture]",
         "test_index_stateful.py::test_index_matches_the_dictionary_model[lru]",
+        "test_storage_stateful.py::test_storage_matches_the_dictionary_model[no-draft]",
+        "test_storage.py::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
     ):
         assert name in passed, passed

@@ -9,6 +9,7 @@ the raw bits (:func:`same_bits`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 
 import pytest
@@ -169,6 +170,27 @@ def assert_unchanged(before: list[object], after: list[object]) -> None:
 def slab_bytes(slabs: dict[str, torch.Tensor]) -> int:
     """Bytes one slot occupies in ``slabs`` (measured on the allocated tensors)."""
     return sum(t[0].numel() * t.element_size() for t in slabs.values())
+
+
+#: Storage operations an implementation provides only if it declares the capability.
+OPTIONAL_OPERATIONS = {
+    "capture_partial_kv_paired": "draft-pairing",
+    "restore_partial_kv_paired": "draft-pairing",
+    "capture_boundary_hidden": "boundary-hidden",
+    "restore_boundary_hidden": "boundary-hidden",
+}
+
+
+def needs(call: Callable[..., object]) -> list[str]:
+    """The capabilities of the optional storage operations ``call`` (a lambda) calls."""
+    assert isinstance(call, types.FunctionType), call
+    names = call.__code__.co_names
+    return sorted({OPTIONAL_OPERATIONS[n] for n in names if n in OPTIONAL_OPERATIONS})
+
+
+def declared_hidden_dim(impl: Implementation) -> int:
+    """``HIDDEN_DIM`` if ``impl`` declares ``"boundary-hidden"``, else 0 (no hidden row)."""
+    return HIDDEN_DIM if "boundary-hidden" in impl.capabilities else 0
 
 
 # --- layout ------------------------------------------------------------------------------
@@ -516,7 +538,9 @@ def _slab(group: str, name: str) -> Call:
 
 #: (call, expected error, words the message must contain). Applied to the storage built
 #: by ``_prepared``: recurrent slot 0 and boundary slot 0 captured, partial slot 0 holds 2
-#: unpaired rows, partial slot 1 holds 3 paired rows; 3 slots per axis.
+#: unpaired rows, partial slot 1 holds 3 paired rows; 3 slots per axis. Without
+#: ``"boundary-hidden"`` there is no hidden row, without ``"draft-pairing"`` partial slot 1
+#: holds 3 unpaired rows, and the cases that call those operations (:func:`needs`) skip.
 MISUSE: dict[str, tuple[Call, type[HyckptError], str]] = {
     "restore recurrent never captured": (
         lambda s, h: s.restore_recurrent(1, 0),
@@ -693,25 +717,27 @@ MISUSE: dict[str, tuple[Call, type[HyckptError], str]] = {
 
 
 def _prepared(impl: Implementation) -> tuple[SnapshotStorage, LiveState, torch.Tensor]:
+    """The storage the misuse cases start from (see :data:`MISUSE`)."""
     gen = torch.Generator().manual_seed(12)
     live = make_live(gen)
-    storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
+    storage = build(impl, live, boundary_hidden_dim=declared_hidden_dim(impl))
     hidden = random_tensor((2, 3, HIDDEN_DIM), torch.float64, gen)
     storage.capture_recurrent(0, 1)
-    storage.capture_boundary_hidden(0, hidden, 1, 2)
+    if "boundary-hidden" in impl.capabilities:
+        storage.capture_boundary_hidden(0, hidden, 1, 2)
     storage.capture_partial_kv(0, 1, 2)
-    if storage.has_draft():
+    if "draft-pairing" in impl.capabilities:
         storage.capture_partial_kv_paired(1, 2, 3, 3)
+    else:
+        storage.capture_partial_kv(1, 2, 3)
     return storage, live, hidden
 
 
 @pytest.mark.parametrize("case", list(MISUSE))
 def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, case: str) -> None:
     call, error, words = MISUSE[case]
-    if "paired" in case or "draft" in case:
-        require(impl, "draft-pairing")
-    if "hidden" in case or "boundary" in case:
-        require(impl, "boundary-hidden")
+    for capability in needs(call):
+        require(impl, capability)
     storage, live, hidden = _prepared(impl)
     before = everything(storage, live, hidden)
     with pytest.raises(error) as raised:
@@ -756,6 +782,8 @@ NOT_CONFIGURED: dict[str, tuple[dict[str, bool], Call]] = {
 @pytest.mark.parametrize("case", list(NOT_CONFIGURED))
 def test_an_axis_that_is_not_configured_is_an_error(impl: Implementation, case: str) -> None:
     options, call = NOT_CONFIGURED[case]
+    for capability in needs(call):
+        require(impl, capability)
     live = make_live(torch.Generator().manual_seed(13), torch.float64, **options)
     storage = build(impl, live)
     hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
@@ -816,7 +844,11 @@ def test_a_changed_live_layout_is_rejected(impl: Implementation, change: str) ->
     storage, live, hidden = _prepared(impl)
     LAYOUT_CHANGES[change](live)
     before = everything(storage, live, hidden)
-    for call in LAYOUT_CALLS[group]:
+    # Calls of operations the implementation does not declare are left out (the "draft"
+    # group, all paired, skipped above).
+    calls = [c for c in LAYOUT_CALLS[group] if set(needs(c)) <= impl.capabilities]
+    assert calls
+    for call in calls:
         with pytest.raises(LayoutMismatchError, match="build a new storage"):
             call(storage, hidden)
     assert_unchanged(before, everything(storage, live, hidden))
@@ -867,14 +899,15 @@ def test_draft_pages_without_base_pages_use_the_paired_form(impl: Implementation
 
 def test_a_storage_without_slots_rejects_every_slot(impl: Implementation) -> None:
     live = make_live(torch.Generator().manual_seed(15))
-    storage = build(impl, live, 0, 0, boundary_hidden_dim=HIDDEN_DIM)
+    storage = build(impl, live, 0, 0, boundary_hidden_dim=declared_hidden_dim(impl))
     assert storage.recurrent_slot_count() == 0 and storage.partial_kv_slot_count() == 0
     hidden = torch.zeros((1, 1, HIDDEN_DIM), dtype=torch.float64)
     calls: list[Callable[[], None]] = [
         lambda: storage.capture_recurrent(0, 0),
         lambda: storage.capture_partial_kv(0, 0, 0),
-        lambda: storage.capture_boundary_hidden(0, hidden, 0, 0),
     ]
+    if "boundary-hidden" in impl.capabilities:
+        calls.append(lambda: storage.capture_boundary_hidden(0, hidden, 0, 0))
     for call in calls:
         with pytest.raises(SlotOutOfRangeError):
             call()
