@@ -191,8 +191,8 @@ class CostModel:
             "partial_bytes_per_token": kv + draft_kv,
             "recurrent_bytes": recurrent_bytes_per_sequence(m) + hidden,
             "weight_bytes": resident_weight_bytes(m),
-            "_flops_rate": self.gpu.peak_flops * self.mfu,
-            "_bytes_rate": self.gpu.hbm_bytes_per_s * self.mbu,
+            "flops_per_s": self.gpu.peak_flops * self.mfu,
+            "bytes_per_s": self.gpu.hbm_bytes_per_s * self.mbu,
             "_copy_rate": self.gpu.hbm_bytes_per_s * self.copy_efficiency / 2,
         }
         for name, value in derived.items():
@@ -218,8 +218,10 @@ class CostModel:
     _weight_reads: dict[int, float] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
-    _flops_rate: float = field(init=False, repr=False, compare=False, default=1.0)
-    _bytes_rate: float = field(init=False, repr=False, compare=False, default=1.0)
+    flops_per_s: float = field(init=False, repr=False, compare=False, default=1.0)
+    """Achieved FLOP/s of a step: ``peak_flops * mfu``."""
+    bytes_per_s: float = field(init=False, repr=False, compare=False, default=1.0)
+    """Achieved HBM bytes/s of a step: ``hbm_bytes_per_s * mbu``."""
     _copy_rate: float = field(init=False, repr=False, compare=False, default=1.0)
 
     @classmethod
@@ -288,8 +290,8 @@ class CostModel:
     def step_s(self, flops: float, bytes_moved: float, *, tokens: int) -> float:
         """Duration of a step over ``tokens`` tokens with ``flops`` FLOPs and
         ``bytes_moved`` bytes besides the weights, seconds."""
-        compute = flops / self._flops_rate
-        memory = (bytes_moved + self.weight_read_bytes(tokens)) / self._bytes_rate
+        compute = flops / self.flops_per_s
+        memory = (bytes_moved + self.weight_read_bytes(tokens)) / self.bytes_per_s
         return (compute if compute > memory else memory) + self.step_overhead_s
 
     def copy_s(self, bytes_copied: int, copies: int = 1) -> float:

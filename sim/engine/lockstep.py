@@ -289,6 +289,11 @@ class LockstepChecker:
 
     # --- step and run ends -----------------------------------------------------------
 
+    @property
+    def step_has_reservations(self) -> bool:
+        """Whether the current step made a reservation :meth:`on_step_end` must check."""
+        return bool(self._step_open)
+
     def on_step_end(self) -> None:
         """Step :attr:`step` ended: every reservation it made must be written or aborted."""
         for booking in self._step_open:

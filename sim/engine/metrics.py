@@ -148,6 +148,11 @@ class Metrics:
     def request_hit_rate(self) -> float:
         return self.requests_with_hit / self.requests_admitted if self.requests_admitted else 0.0
 
+    @property
+    def next_sample_s(self) -> float:
+        """Simulated time from which the next sample is due, seconds."""
+        return self._next_sample_s
+
     def due(self, now_s: float) -> bool:
         """Whether a sample is due at ``now_s``."""
         return now_s >= self._next_sample_s

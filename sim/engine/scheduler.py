@@ -266,14 +266,13 @@ class Engine:
         self._wake()
 
     def _release_at(self, index: int, request: RequestLike, at_s: float) -> None:
-        """Let ``request`` arrive at ``at_s`` (a closed-loop turn)."""
+        """Let ``request`` arrive at ``at_s`` (a closed-loop turn): a timeout whose callback
+        queues it (cheaper than a process per turn)."""
         heapq.heappush(self._releases, at_s)
-        self.env.process(self._release(index, request, at_s))
+        timeout = self.env.timeout(max(0.0, at_s - self.env.now))
+        timeout.callbacks.append(lambda _: self._release(index, request, at_s))
 
-    def _release(self, index: int, request: RequestLike, at_s: float) -> ProcessGenerator:
-        env = self.env
-        if at_s > env.now:
-            yield env.timeout(at_s - env.now)
+    def _release(self, index: int, request: RequestLike, at_s: float) -> None:
         heapq.heappop(self._releases)
         self._arrive(index, request, at_s)
 
@@ -386,30 +385,46 @@ class Engine:
         per_seq_flops = costs.dense_flops + costs.full_key_flops + costs.swa_key_flops * window
         per_seq_bytes = costs.kv_bytes_per_token + 2 * costs.recurrent_bytes
         checker = self.checker
+        kv_per_token = costs.kv_bytes_per_token
+        # costs.step_s, inlined: this loop runs once per decode step of a million-request
+        # run. The weights a step reads depend on its token count, which changes only when
+        # a request finishes; so does the next arrival (a finish may release a turn).
+        flops_rate, bytes_rate, overhead = (
+            costs.flops_per_s,
+            costs.bytes_per_s,
+            costs.step_overhead_s,
+        )
+        weights = costs.weight_read_bytes(count)
+        next_arrival = self._next_arrival_s
+        # Counters kept in locals and stored once at the end (nothing reads them in
+        # between); busy_s continues the running float sum, so its rounding is unchanged.
+        step_flops = steps = tokens = 0
+        busy_s = metrics.compute_busy_s
         now, done = start_s, 0
-        while count and now < self._next_arrival_s:
+        while count and now < next_arrival:
             crossing = []
             while events and events[0][0] == done and events[0][1] == 0:
                 crossing.append(heapq.heappop(events))
-            if len(crossing) > pool.free_count():
-                for event in crossing:
-                    heapq.heappush(events, event)
-                break
-            for _, _, order, seq in crossing:
-                blocks = pool.allocate(1)
-                assert blocks is not None
-                seq.blocks.append(blocks[0])
-                heapq.heappush(events, (done + block, 0, order, seq))
+            if crossing:
+                if len(crossing) > pool.free_count():
+                    for event in crossing:
+                        heapq.heappush(events, event)
+                    break
+                for _, _, order, seq in crossing:
+                    blocks = pool.allocate(1)
+                    assert blocks is not None
+                    seq.blocks.append(blocks[0])
+                    heapq.heappush(events, (done + block, 0, order, seq))
             self.step += 1
             checker.step = self.step
             flops = count * per_seq_flops + costs.full_key_flops * contexts
-            duration = costs.step_s(
-                flops, count * per_seq_bytes + costs.kv_bytes_per_token * contexts, tokens=count
-            )
-            metrics.decode_flops += flops
-            metrics.compute_busy_s += duration
-            metrics.steps += 1
-            metrics.decode_tokens += count
+            compute = flops / flops_rate
+            memory = (count * per_seq_bytes + kv_per_token * contexts + weights) / bytes_rate
+            duration = (compute if compute > memory else memory) + overhead
+            step_flops += flops
+            busy_s += duration
+            steps += 1
+            tokens += count
             now = now + duration
             self._now = now
             contexts += count
@@ -427,10 +442,19 @@ class Engine:
                 events = [event for event in events if event[3].phase is not Phase.DONE]
                 heapq.heapify(events)
                 self.running = running = [seq for seq in running if seq.phase is not Phase.DONE]
-            checker.on_step_end()
-            metrics.observe_peaks(pool.used_count(), self._checkpoint_bytes)
-            if metrics.due(now):
+                if count:
+                    weights = costs.weight_read_bytes(count)
+                next_arrival = self._next_arrival_s
+            if crossing or finished:  # only then can the step-end peak have changed
+                metrics.observe_peaks(pool.used_count(), self._checkpoint_bytes)
+            if checker.step_has_reservations:  # decode steps reserve nothing
+                checker.on_step_end()
+            if now >= metrics.next_sample_s:
                 metrics.sample(now, self.step, self.gauges())
+        metrics.decode_flops += step_flops
+        metrics.compute_busy_s = busy_s
+        metrics.steps += steps
+        metrics.decode_tokens += tokens
         for seq, (computed, generated) in base.items():
             seq.computed, seq.generated = computed + done, generated + done
         return now
