@@ -20,7 +20,14 @@ from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
-from sim.engine.config import BACKEND_NAMES, MAX_BUDGET_BYTES, MAX_SEED, Faults, SimConfig
+from sim.engine.config import (
+    BACKEND_NAMES,
+    MAX_BUDGET_BYTES,
+    MAX_SEED,
+    MEMORY_PARTS,
+    Faults,
+    SimConfig,
+)
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
@@ -189,7 +196,7 @@ def memory_warning(plan: object) -> str | None:
         return None
     parts = ", ".join(
         f"{name.removesuffix('_bytes').replace('_', ' ')} {plan[name] / GIB:.1f}"
-        for name in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+        for name in MEMORY_PARTS
     )
     return (
         f"WARNING: does not fit one GPU: {parts} GiB exceed the usable "

@@ -95,6 +95,10 @@ def check_finite_params(owner: str, params: Mapping[str, Any]) -> None:
         visit(repr(key), value)
 
 
+#: The parts of :meth:`SimConfig.memory_plan` that add up to what a run keeps in GPU memory.
+MEMORY_PARTS = ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+
+
 @dataclass(frozen=True)
 class Faults:
     """Fault-injection switches (all off by default).
@@ -397,8 +401,7 @@ class SimConfig:
             **self._fixed_memory_bytes(),
             "kv_pool_bytes": self.kv_capacity() * self.block_size * costs.kv_bytes_per_token,
         }
-        used = sum(plan[k] for k in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes"))
-        used += plan["kv_pool_bytes"]
+        used = sum(plan[part] for part in MEMORY_PARTS)
         plan["overcommit_bytes"] = max(0, used - plan["usable_bytes"])
         return plan
 

@@ -6,6 +6,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim.engine.config import MEMORY_PARTS
 from sim.report.data import ReportError, Row, load_results
 
 #: Where a report folder keeps its result files.
@@ -85,10 +86,6 @@ def table(rows: Sequence[Row]) -> list[str]:
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
-
-
-#: The memory plan's parts that add up to what a run keeps in GPU memory.
-MEMORY_PARTS = ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
 
 
 def _memory_plan(row: Row) -> dict[str, float] | None:
