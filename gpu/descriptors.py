@@ -166,25 +166,35 @@ def alignment(values: Iterable[int]) -> int:
     return align
 
 
-def overlapping(tensor: torch.Tensor, skip_leading: int = 0) -> bool:
-    """Whether two elements of ``tensor`` (past its ``skip_leading`` dimensions) may share
-    memory: a stride of 0 on a dimension of size > 1. Writing such a view would race."""
-    return any(
-        size > 1 and stride == 0
-        for size, stride in zip(
-            tensor.shape[skip_leading:], tensor.stride()[skip_leading:], strict=True
-        )
+def overlapping(tensor: torch.Tensor) -> bool:
+    """Whether two elements of ``tensor`` may share memory; writing it would then race.
+
+    Dimensions of size > 1 sorted by stride must nest: each stride exceeds the largest
+    offset the smaller-strided dimensions reach. That proves distinct offsets (a stride
+    of 0, or slots closer together than one slot's extent, fails it); a few exotic
+    interleaved layouts without overlap fail it too and are rejected as "may overlap".
+    """
+    dims = sorted(
+        (stride, size)
+        for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+        if size > 1
     )
+    reach = 0  # the largest offset, in elements, of the dimensions checked so far
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
 
 
-def check_writable(name: str, tensor: torch.Tensor, skip_leading: int = 0) -> None:
+def check_writable(name: str, tensor: torch.Tensor) -> None:
     """Raise :class:`LayoutMismatchError` if the kernel cannot write ``tensor`` safely."""
-    if overlapping(tensor, skip_leading):
+    if overlapping(tensor):
         raise LayoutMismatchError(
-            f"{name} has overlapping elements (shape {list(tensor.shape)}, strides "
-            f"{list(tensor.stride())}); the GPU layer writes each element once from one "
-            "thread, so the destination must not alias itself: pass a tensor that owns "
-            "its memory (e.g. .contiguous())"
+            f"{name} has overlapping elements, or may have (shape {list(tensor.shape)}, "
+            f"strides {list(tensor.stride())}); the GPU layer writes elements in parallel, "
+            "so the destination must not alias itself: pass a tensor that owns its memory "
+            "(e.g. .contiguous())"
         )
 
 
@@ -312,16 +322,29 @@ def view_jobs(src: torch.Tensor, dst: torch.Tensor) -> list[tuple[int, ...]]:
     ]
 
 
+def _job_flat(row: tuple[int, ...]) -> bool:
+    _, _, n0, n1, run, ss0, ss1, ds0, ds1 = row
+    return Block(n0, n1, run, 0, 0, ss0, ss1, ds0, ds1).flat
+
+
 def job_table(rows: Sequence[tuple[int, ...]]) -> JobTable:
     """The :class:`JobTable` of ``rows``."""
-
-    def flat(row: tuple[int, ...]) -> bool:
-        _, _, n0, n1, run, ss0, ss1, ds0, ds1 = row
-        return Block(n0, n1, run, 0, 0, ss0, ss1, ds0, ds1).flat
-
     return JobTable(
         rows=tuple(rows),
         align=alignment(v for row in rows for v in (*row[:2], *row[4:])),
-        flat=all(flat(row) for row in rows),
+        flat=all(_job_flat(row) for row in rows),
         max_bytes=max((row[2] * row[3] * row[4] for row in rows), default=0),
     )
+
+
+def job_tables(rows: Sequence[tuple[int, ...]]) -> list[JobTable]:
+    """``rows`` split into at most two :class:`JobTable` s, contiguous jobs first.
+
+    One table would take the weakest layout of all its jobs: a single strided job (the
+    exporter's conv-window gather, runs of one element) would push every contiguous
+    job (the recurrent states, megabytes each) onto the strided path with element-sized
+    words. Apart, the contiguous jobs keep the flat path and their own alignment.
+    """
+    flat = [row for row in rows if _job_flat(row)]
+    strided = [row for row in rows if not _job_flat(row)]
+    return [job_table(part) for part in (flat, strided) if part]

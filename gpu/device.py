@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -184,17 +185,17 @@ def synchronize(event: Event | None) -> None:
         event.synchronize()
 
 
-def keep_alive(tensors: Sequence[torch.Tensor], stream: Stream, *, always: bool = False) -> None:
+def keep_alive(tensors: Sequence[torch.Tensor], stream: Stream) -> None:
     """Tell PyTorch's caching allocator that ``tensors`` are used on ``stream``, so their
     memory is not handed out again before the work enqueued there completes.
 
-    Skipped when ``stream`` is the current stream (the usual order of the caller's own
-    tensors), unless ``always`` (for tensors the GPU layer allocated on some other
-    stream, such as a cached descriptor table). A no-op without streams.
+    Recorded for every CUDA tensor: the allocator frees a block in the order of the
+    stream it was *allocated* on, which may be neither ``stream`` nor the current one
+    (a caller's input produced on a compute stream, a cached descriptor table uploaded
+    by an earlier call). Recording on the allocation stream itself is harmless. A no-op
+    without streams.
     """
-    if stream is None or not tensors:
-        return
-    if not always and stream == torch.cuda.current_stream(stream.device):
+    if stream is None:
         return
     for tensor in tensors:
         if tensor.is_cuda:
@@ -224,13 +225,33 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
 
 
-def mean_seconds(
-    fn: Callable[[], object], device: torch.device, warmup: int, repeats: int
-) -> float:
-    """Mean seconds per call of ``fn`` over ``repeats`` calls after ``warmup`` calls.
+@dataclass(frozen=True)
+class Timing:
+    """What :func:`time_calls` measured, per call.
 
-    On CUDA, measured with events on the current stream around all the calls (what the
-    calls enqueue there is timed, not the host); elsewhere with ``time.perf_counter``.
+    Attributes:
+        host_s: seconds the host spends in one call (validation, tables, enqueueing).
+        device_s: seconds of device time per call, the calls queued back to back (on
+            the CPU, where nothing is queued, the same as ``host_s``).
+        host_bound: on CUDA, the host had not enqueued every call before the device
+            reached them, so ``device_s`` includes gaps where the device waited for the
+            host (a call that synchronises, or a head start too short).
+    """
+
+    host_s: float
+    device_s: float
+    host_bound: bool
+
+
+def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> Timing:
+    """Host and device seconds per call of ``fn`` over ``repeats`` calls after ``warmup``.
+
+    On CUDA the device time is measured with events around calls that the host enqueued
+    ahead of the device: the current stream first spins (``torch.cuda._sleep``, a
+    private helper PyTorch's own tests use) for longer than the host needs to enqueue
+    every call, so the events time the queued work back to back and not the host's
+    Python. Whether the head start sufficed is checked, not assumed
+    (:attr:`Timing.host_bound`). Elsewhere both times are ``time.perf_counter`` means.
     """
     for _ in range(warmup):
         fn()
@@ -238,13 +259,42 @@ def mean_seconds(
         start_s = time.perf_counter()
         for _ in range(repeats):
             fn()
-        return (time.perf_counter() - start_s) / repeats
+        mean = (time.perf_counter() - start_s) / repeats
+        return Timing(mean, mean, host_bound=False)
+    torch.cuda.synchronize(device)
+    start_s = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    host_total = time.perf_counter() - start_s
     torch.cuda.synchronize(device)
     start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    head_start = int(_cycles_per_second(device) * (1.5 * host_total + 0.005))
+    torch.cuda._sleep(head_start)  # type: ignore[no-untyped-call]
     start.record()
     for _ in range(repeats):
         fn()
     end.record()
+    # The spin still ran when the last call was enqueued: the device never waited.
+    ahead = not start.query()  # type: ignore[no-untyped-call]
     end.synchronize()
-    return float(start.elapsed_time(end)) / 1e3 / repeats
+    device_s = float(start.elapsed_time(end)) / 1e3 / repeats
+    return Timing(host_total / repeats, device_s, host_bound=not ahead)
+
+
+_CYCLES_PER_SECOND: dict[torch.device, float] = {}
+
+
+def _cycles_per_second(device: torch.device) -> float:
+    """``torch.cuda._sleep`` cycles per second on ``device`` (measured once)."""
+    if device not in _CYCLES_PER_SECOND:
+        cycles = 20_000_000
+        torch.cuda.synchronize(device)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
+        end.record()
+        end.synchronize()
+        _CYCLES_PER_SECOND[device] = cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-6)
+    return _CYCLES_PER_SECOND[device]

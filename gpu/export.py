@@ -1,4 +1,4 @@
-"""``GpuExporter``: the reference prefill exporter as one Triton launch (DESIGN §5).
+"""``GpuExporter``: the reference prefill exporter in Triton launches (DESIGN §5).
 
 Validation is the reference's (:func:`reference.export.plan_export`, and
 :func:`reference.export.plan_export_to_storage` for a whole model), so errors and
@@ -12,10 +12,14 @@ messages are identical. The validated plan then becomes a table-mode job table
   ``raw_inputs[end - (W - k):end].T -> conv_slab[dest, :, k:]`` (``end = start + offset``);
 - the emitted state: ``emitted_states[state_row] -> state_slab[dest]``;
 
-and rows without a checkpoint (offset 0 or destination -1) get no job at all. One
-launch copies every job — of one layer (:meth:`GpuExporter.export`) or of every layer
-(:meth:`GpuExporter.export_layers`, :func:`export_layers_to_storage`) — whatever the
-dtypes and strides of the tensors.
+and rows without a checkpoint (offset 0 or destination -1) get no job at all. The jobs
+of one layer (:meth:`GpuExporter.export`) or of every layer
+(:meth:`GpuExporter.export_layers`, :func:`export_layers_to_storage`) take at most two
+launches, whatever the dtypes and strides of the tensors: one for the contiguous blocks
+(the states, usually megabytes each) on the kernel's flat path with wide words, one for
+the strided blocks (the transposing window gather, runs of one element). In one launch
+the gather's element-sized runs would force every state onto the strided path
+(:func:`gpu.descriptors.job_tables`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import NamedTuple
 import torch
 
 from gpu import device as dev
-from gpu.descriptors import check_writable, job_table, view_jobs
+from gpu.descriptors import check_writable, job_tables, view_jobs
 from gpu.launch import launch_jobs
 from reference.api import SnapshotStorage
 from reference.errors import LayoutMismatchError
@@ -87,7 +91,8 @@ def checkpoint_jobs(
 
 
 class GpuExporter:
-    """Writes each row's checkpoint (conv window and emitted state) with one launch.
+    """Writes each row's checkpoint (conv window and emitted state) with at most two
+    launches (contiguous blocks, then strided gathers).
 
     Implements :class:`~reference.api.PrefillExporter`. Stateless. Every input may have
     any strides (e.g. ``raw_inputs`` a column slice of a wider projection); the slabs
@@ -109,7 +114,7 @@ class GpuExporter:
         recurrent_rows: torch.Tensor | None = None,
         stream: object | None = None,
     ) -> None:
-        """Validate (:func:`~reference.export.plan_export`), then write in one launch.
+        """Validate (:func:`~reference.export.plan_export`), then write (two launches at most).
 
         Shapes and rules: :class:`~reference.api.PrefillExporter`. Rows without a
         checkpoint, and every slot no checkpoint targets, keep their bytes.
@@ -138,7 +143,8 @@ class GpuExporter:
         *,
         after: dev.Event | None = None,
     ) -> dev.Event:
-        """Several ``export`` calls (e.g. every recurrent layer of a model) in one launch.
+        """Several ``export`` calls (e.g. every recurrent layer of a model) in the same
+        at-most-two launches.
 
         Each mapping holds one call's keyword arguments. Every call is validated before
         anything is written; all tensors must be on one device. Returns an event that
@@ -169,7 +175,7 @@ def export_layers_to_storage(
     stream: object | None = None,
     after: dev.Event | None = None,
 ) -> ExportDone:
-    """:func:`reference.export.export_to_storage` with every layer in one launch.
+    """:func:`reference.export.export_to_storage` with every layer in the same launches.
 
     Validates like the reference (every recurrent slab named exactly once, every layer
     planned) before writing anything, writes, then marks the destination slots captured.
@@ -210,7 +216,8 @@ def _launch(
     stream: object | None,
     after: dev.Event | None,
 ) -> dev.Event:
-    """Check devices and destinations of validated calls, then write them in one launch."""
+    """Check devices and destinations of validated calls, then write them: one launch for
+    the contiguous blocks, one for the strided ones (either may be absent)."""
     tensors = {
         f"call {i}: {name}": t
         for i, (call, _) in enumerate(work)
@@ -246,7 +253,8 @@ def _launch(
     stream_ = dev.resolve_stream(stream, device)
     dev.wait_event(stream_, after)
     dev.keep_alive(list(tensors.values()), stream_)
-    launch_jobs(job_table(rows), device=device, stream=stream_)
+    for jobs in job_tables(rows):  # contiguous copies, then strided gathers
+        launch_jobs(jobs, device=device, stream=stream_)
     return dev.record_event(stream_)
 
 

@@ -28,10 +28,15 @@ def table_tensor(rows: Sequence[Sequence[int]], width: int, device: torch.device
     """``rows`` as a contiguous ``int64 [len(rows), width]`` tensor on ``device``.
 
     Call it inside :func:`gpu.device.on_stream`: on CUDA the host-to-device copy is then
-    ordered on the launch's stream, and the allocation belongs to it.
+    ordered on the launch's stream, and the allocation belongs to it. Another stream
+    that reads the table must first wait for an event recorded after this call.
     """
     host = torch.tensor(list(rows), dtype=torch.int64).reshape(len(rows), width)
-    return host if device.type == "cpu" else host.to(device, non_blocking=True)
+    if device.type == "cpu":
+        return host
+    # Staged through pinned memory: the copy is then truly asynchronous, and PyTorch's
+    # pinned-memory cache does not reuse the staging buffer before the copy has run.
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _word(align: int) -> int:
@@ -102,7 +107,7 @@ def launch_slots(
     grid, rounds = _grid(len(pairs) * len(meta.rows), max_bytes, word)
     with dev.on_stream(stream):
         pair_table = table_tensor(pairs, PAIR_FIELDS, device)
-        dev.keep_alive([desc], stream, always=True)
+        dev.keep_alive([desc], stream)
         kernel_for(device)[grid](
             desc,
             pair_table,

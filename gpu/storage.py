@@ -57,9 +57,12 @@ Indices = Sequence[int] | torch.Tensor
 
 @dataclass(frozen=True)
 class _Descriptor:
+    """A cached slot-mode table: on the device once ``ready`` completed."""
+
     key: tuple[object, ...]
     meta: SlotTable
     table: torch.Tensor
+    ready: dev.Event  # recorded after the upload, on the stream that uploaded it
 
 
 class GpuStorage(ReferenceStorage):
@@ -543,6 +546,9 @@ class GpuStorage(ReferenceStorage):
         stream_ = dev.resolve_stream(stream, self._device)
         dev.wait_event(stream_, after)
         descriptor = self._descriptor(groups, stream_)
+        # The table may have been uploaded by an earlier call on another stream, whose
+        # copy this stream would otherwise not wait for.
+        dev.wait_event(stream_, descriptor.ready)
         for group in groups:
             dev.keep_alive([*self._slabs[group].values()], stream_)
             dev.keep_alive([*self._live_group(group).values()], stream_)
@@ -580,7 +586,7 @@ class GpuStorage(ReferenceStorage):
         )
         with dev.on_stream(stream):
             table = table_tensor(meta.rows, DESC_FIELDS, self._device)
-        descriptor = _Descriptor(tuple(key), meta, table)
+        descriptor = _Descriptor(tuple(key), meta, table, dev.record_event(stream))
         self._descriptors[groups] = descriptor
         return descriptor
 
@@ -631,4 +637,4 @@ def _distinct(what: str, values: Sequence[object]) -> None:
 
 def _check_destinations(group: str, live: dict[str, torch.Tensor]) -> None:
     for name, tensor in live.items():
-        check_writable(f"live {group} tensor {name!r}", tensor, skip_leading=1)
+        check_writable(f"live {group} tensor {name!r}", tensor)

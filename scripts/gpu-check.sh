@@ -23,12 +23,21 @@ PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
     --format=csv 2>&1 | tee -a "$out/versions.txt"
-# Each part has its own time limit, so a hang in one cannot use up the device lease.
+# Each part has its own time limit, so a hang in one cannot use up the device lease;
+# faulthandler dumps every thread's stack if a test hangs.
 status=0
-timeout "${GPU_CHECK_TEST_S:-360}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
+# Pre-flight: every cross-check once, few examples, stopping at the first failure, with
+# synchronous launches. An illegal address poisons the process's CUDA context, after
+# which every later test fails with the same error; here the first one names the cause.
+CUDA_LAUNCH_BLOCKING=1 HYPOTHESIS_PROFILE=smoke timeout "${GPU_CHECK_PREFLIGHT_S:-90}" \
+    python3 -m pytest -x -q -p no:cacheprovider --device=cuda -o faulthandler_timeout=60 \
+    tests/test_gpu_crosscheck.py -k "not conformance_suite" \
+    2>&1 | tee "$out/preflight.txt" || status=1
+timeout "${GPU_CHECK_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
+    -o faulthandler_timeout=120 \
     tests/test_gpu_crosscheck.py tests/test_gpu_stateful.py tests/test_gpu_bench.py \
     2>&1 | tee "$out/tests.txt" || status=1
-timeout "${GPU_CHECK_BENCH_S:-180}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
+timeout "${GPU_CHECK_BENCH_S:-150}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
     --repeats 50 --warmup 5 2>&1 | tee "$out/bench-gpu.txt" || status=1
 echo "exit status $status" | tee "$out/summary.txt"
 exit $status

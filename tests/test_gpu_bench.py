@@ -69,3 +69,45 @@ def test_defaults_name_real_models() -> None:
     args = _args()
     assert args.models == list(gpu_bench.DEFAULT_MODELS) and args.device == "auto"
     assert args.pairs == gpu_bench.DEFAULT_PAIRS and args.block == gpu_bench.DEFAULT_BLOCK
+
+
+def test_host_bound_figures_are_marked_and_explained_before_the_headline() -> None:
+    rows = [
+        Row("capture_recurrent", "a", 8, 10**9, 1.0, 2.0, 3.0, 1.0, 2e-4, ("kernel",)),
+        Row("restore_recurrent", "a", 8, 10**9, 1.0, 2.0, 3.0, 1.0),
+    ]
+    lines = report(rows)
+    assert lines[2].split()[4] == "1*" and lines[2].split()[-1] == "200.0"
+    assert "*" not in lines[3]
+    assert lines[-2].startswith("* the device waited for the host")
+    assert lines[-1] == headline(rows)
+    assert not any(line.startswith("*") for line in report(rows[1:]))
+
+
+@pytest.mark.parametrize("op", ["capture_recurrent_batch", "restore_recurrent_batch"])
+def test_the_sanity_check_catches_a_copy_that_writes_nothing(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live bytes are random, so a kernel that copies nothing fails before any timing."""
+    import torch
+
+    from gpu import device as dev
+    from gpu.storage import GpuStorage
+    from reference.errors import HyckptError
+
+    monkeypatch.setattr(GpuStorage, op, lambda *args, **kwargs: dev.COMPLETED)
+    cpu = torch.device("cpu")
+    work = gpu_bench.build_workload("nemotron-h-8b", 2, 4, cpu, tiny=True)
+    with pytest.raises(HyckptError, match="bench: "):
+        gpu_bench.measure(work, cpu, warmup=0, repeats=1)
+
+
+def test_time_calls_on_the_cpu_counts_every_call() -> None:
+    import torch
+
+    from gpu.device import time_calls
+
+    calls: list[int] = []
+    timing = time_calls(lambda: calls.append(1), torch.device("cpu"), warmup=2, repeats=3)
+    assert len(calls) == 5 and timing.host_s == timing.device_s >= 0
+    assert not timing.host_bound

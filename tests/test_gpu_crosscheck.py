@@ -28,8 +28,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu import descriptors, launch
 from gpu import device as dev
-from gpu import launch
 from gpu.descriptors import Block, alignment, plan_block
 from gpu.export import GpuExporter, export_layers_to_storage
 from gpu.impl import implementation
@@ -875,6 +875,86 @@ def test_a_destination_that_aliases_itself_is_rejected(device: torch.device) -> 
         )
 
 
+def test_live_slots_that_overlap_each_other_are_rejected(device: torch.device) -> None:
+    """Slots closer together than one slot's extent alias across slots: restoring into
+    one would race with another pair's copy on a GPU. A transposed (slot-innermost) live
+    tensor does not overlap and is accepted."""
+    base = torch.zeros(8, device=device)
+    live = LiveState(recurrent={"a": base.as_strided((3, 4), (2, 1))})  # slot i, i+1 share
+    storage = GpuStorage(live, 2, 0)
+    storage.capture_recurrent(0, 1)
+    with pytest.raises(LayoutMismatchError, match="overlapping"):
+        storage.restore_recurrent_batch([0], [2])
+    transposed = torch.arange(12.0, device=device).reshape(4, 3).t()  # [3 slots, 4]
+    twin_live = LiveState(recurrent={"a": transposed})
+    storage = GpuStorage(twin_live, 2, 0)
+    storage.capture_recurrent(1, 2)
+    storage.restore_recurrent(1, 0)
+    assert_bits(transposed[0], transposed[2], "restored into a transposed live tensor")
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "overlaps"),
+    [
+        ((3, 4), (4, 1), False),
+        ((3, 4), (1, 3), False),
+        ((3, 4), (2, 1), True),
+        ((3, 4), (0, 1), True),
+        ((1, 4), (0, 1), False),
+        ((2, 2), (3, 2), False),
+        ((2, 3, 2), (5, 2, 1), True),
+        ((2, 3, 2), (6, 2, 1), False),
+    ],
+)
+def test_overlapping_proves_distinct_offsets(
+    shape: tuple[int, ...], strides: tuple[int, ...], overlaps: bool
+) -> None:
+    tensor = torch.zeros(64).as_strided(shape, strides)
+    offsets = [
+        sum(i * s for i, s in zip(index, strides, strict=True))
+        for index in itertools.product(*(range(n) for n in shape))
+    ]
+    assert (len(set(offsets)) < len(offsets)) == overlaps  # the case's ground truth
+    assert descriptors.overlapping(tensor) == overlaps
+
+
+def test_the_exporter_moves_states_on_the_flat_path_apart_from_the_gather(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conv-window gather (runs of one element) and contiguous states in one export:
+    two launches, the states' flat with 16-byte alignment; the result is still the
+    reference's."""
+    import gpu.export as gpu_export
+
+    launched: list[descriptors.JobTable] = []
+    real = gpu_export.launch_jobs
+
+    def spy(jobs: descriptors.JobTable, **kwargs: object) -> None:
+        launched.append(jobs)
+        real(jobs, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu_export, "launch_jobs", spy)
+    gen = torch.Generator().manual_seed(11)
+    conv_dim, window, rows, tokens = 8, 3, 2, 6
+    call = {
+        "raw_inputs": random_tensor((rows * tokens, conv_dim), torch.bfloat16, gen),
+        "cu_seqlens": torch.tensor([0, tokens, 2 * tokens]),
+        "initial_conv": random_tensor((rows, conv_dim, window), torch.bfloat16, gen),
+        "emitted_states": random_tensor((rows, 4, 16), torch.float32, gen),
+        "offsets": torch.tensor([5, 1]),
+        "destinations": torch.tensor([1, 0]),
+        "conv_slab": torch.zeros((2, conv_dim, window), dtype=torch.bfloat16),
+        "state_slab": torch.zeros((2, 4, 16), dtype=torch.float32),
+    }
+    expected = {k: v.clone() for k, v in call.items()}
+    ReferenceExporter().export(**expected)
+    on_device = {k: v.to(device) for k, v in call.items()}
+    GpuExporter().export(**on_device)
+    assert [(t.flat, t.align) for t in launched] == [(True, 16), (False, 2)]
+    for name in ("conv_slab", "state_slab"):
+        assert_bits(on_device[name], expected[name], name)
+
+
 def test_cpu_under_interpretation_cuda_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dev.INTERPRET_ENV, "1")
     dev.check_device(torch.device("cpu"))
@@ -908,6 +988,38 @@ def test_capture_on_a_side_stream_publishes_after_its_event(device: torch.device
     assert_bits(live.recurrent["s"][0], live.recurrent["s"][1], "restored")
     if device.type == "cpu":
         assert done is dev.COMPLETED and producer is None and copy_stream is None
+
+
+def busy_stream_check() -> None:
+    """The first call uploads the descriptor table on a side stream held busy by a spin;
+    a second, independent call on the current stream reuses that table. Without waiting
+    for the upload it would read uninitialised memory as addresses (CUDA only)."""
+    device = torch.device("cuda")
+    gen = torch.Generator().manual_seed(5)
+    live = LiveState(recurrent={"s": random_tensor((2, 256, 33), torch.float32, gen).to(device)})
+    expected_slot = live.recurrent["s"][1].clone()
+    storage = GpuStorage(live, 2, 0)
+    side = dev.side_stream(device)
+    with dev.on_stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s: the table's upload queues behind it
+    captured = storage.capture_recurrent_batch([0], [1], side)
+    zeroed = storage.zero_recurrent_batch([0])  # another live slot, the current stream
+    zeroed.synchronize()
+    captured.synchronize()
+    assert not live.recurrent["s"][0].any(), "zero_recurrent missed its slot"
+    assert_bits(storage.slab("recurrent", "s")[0], expected_slot, "captured slot")
+
+
+def test_a_table_uploaded_on_a_busy_stream_is_waited_for(device: torch.device) -> None:
+    """Run in a subprocess: an illegal address would poison this process's CUDA context."""
+    if device.type != "cuda":
+        pytest.skip("needs CUDA streams; the interpreter runs every launch synchronously")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "from tests.test_gpu_crosscheck import busy_stream_check; busy_stream_check()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_cpu_streams_are_ignored_and_cuda_streams_are_checked(device: torch.device) -> None:

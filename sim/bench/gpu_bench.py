@@ -17,8 +17,13 @@ exporter row times :meth:`~gpu.export.GpuExporter.export_layers` (every recurren
 of the model, conv window and state, ``--pairs`` checkpoints) against one ``export``
 launch per layer and the reference's per-checkpoint torch copies.
 
-On a CUDA device times are CUDA-event means over ``--repeats`` runs after ``--warmup``;
-the targets in docs/GPU.md apply to an H200. Without CUDA the benchmark runs tiny sizes
+On a CUDA device bandwidths use device time: CUDA-event means over ``--repeats`` calls
+after ``--warmup``, the calls enqueued ahead of the device behind a spin so that the
+events time the copies back to back rather than the host's Python
+(:func:`gpu.device.time_calls`; a ``*`` marks a figure where the device still waited for
+the host). The kernel's host time per call is a column of its own. Before timing, each
+model's capture, zero, restore and partial-KV capture are checked bit for bit on random
+live bytes. The targets in docs/GPU.md apply to an H200. Without CUDA the benchmark runs tiny sizes
 (each model's first tensors, every dimension capped) in the Triton interpreter, says so,
 and its numbers only show that the code path works. The last line is always
 ``capture_recurrent bandwidth vs large copy: <N>%`` (the kernel's capture bandwidth as a
@@ -47,9 +52,15 @@ TINY_TENSORS, TINY_DIM, TINY_PAIRS, TINY_BLOCK = 4, 6, 2, 4
 HEADLINE_OP = "capture_recurrent"
 
 
+#: The four ways of moving an operation's bytes, in the table's order.
+METHODS = ("kernel", "per pair", "torch copy_", "large copy")
+
+
 @dataclass(frozen=True)
 class Row:
-    """One operation of one model: bytes per call and seconds per call of each method."""
+    """One operation of one model: bytes per call and device seconds per call of each
+    method (:data:`METHODS`), the kernel's host seconds per call, and the methods whose
+    device time includes waits for the host (:attr:`gpu.device.Timing.host_bound`)."""
 
     op: str
     model: str
@@ -59,6 +70,8 @@ class Row:
     per_pair_s: float
     torch_s: float
     large_s: float
+    kernel_host_s: float = 0.0
+    host_bound: tuple[str, ...] = ()
 
     def gbps(self, seconds: float) -> float:
         return self.nbytes / seconds / 1e9 if seconds > 0 else math.inf
@@ -101,8 +114,9 @@ def build_workload(
         rec, kv = rec[:TINY_TENSORS], kv[:2]
 
     def make(spec: sizes.TensorSpec, page: bool) -> torch.Tensor:
+        # Random bytes, so that the sanity checks before timing can tell a copy from none.
         shape = (block, *_shape(spec.shape[1:], tiny)) if page else _shape(spec.shape, tiny)
-        return torch.zeros((pairs, *shape), dtype=spec.dtype, device=device)
+        return torch.empty((pairs, *shape), dtype=spec.dtype, device=device).uniform_(-1, 1)
 
     live = LiveState(
         recurrent={s.name: make(s, False) for s in rec},
@@ -116,8 +130,8 @@ def build_workload(
 
 
 def measure(work: Workload, device: torch.device, warmup: int, repeats: int) -> list[Row]:
-    """Every row of one model."""
-    from gpu.device import mean_seconds
+    """Every row of one model (after checking, once, that each operation copies)."""
+    from gpu.device import time_calls
     from gpu.export import GpuExporter
     from gpu.storage import GpuStorage
 
@@ -130,11 +144,10 @@ def measure(work: Workload, device: torch.device, warmup: int, repeats: int) -> 
     kv_slabs = storage.slabs()["kv"]
     rows: list[Row] = []
 
-    def large(nbytes: int, zero: bool = False) -> float:
+    def large(nbytes: int, zero: bool = False) -> Callable[[], object]:
         dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
         src = torch.empty_like(dst)
-        fn: Callable[[], object] = dst.zero_ if zero else (lambda: dst.copy_(src))
-        return mean_seconds(fn, device, warmup, repeats)
+        return dst.zero_ if zero else (lambda: dst.copy_(src))
 
     def row(
         op: str,
@@ -144,24 +157,27 @@ def measure(work: Workload, device: torch.device, warmup: int, repeats: int) -> 
         torch_copy: Callable[[], object],
         zero: bool = False,
     ) -> None:
+        fns = (kernel, per_pair, torch_copy, large(nbytes, zero))
+        timings = [time_calls(fn, device, warmup, repeats) for fn in fns]
         rows.append(
             Row(
                 op,
                 work.model,
                 p,
                 nbytes,
-                mean_seconds(kernel, device, warmup, repeats),
-                mean_seconds(per_pair, device, warmup, repeats),
-                mean_seconds(torch_copy, device, warmup, repeats),
-                large(nbytes, zero),
+                kernel_s=timings[0].device_s,
+                per_pair_s=timings[1].device_s,
+                torch_s=timings[2].device_s,
+                large_s=timings[3].device_s,
+                kernel_host_s=timings[0].host_s,
+                host_bound=tuple(m for m, t in zip(METHODS, timings, strict=True) if t.host_bound),
             )
         )
 
     live = work.live.recurrent
     rec_bytes = p * sum(t[0].numel() * t.element_size() for t in live.values())
     if live:
-        storage.capture_recurrent_batch(snaps, lives)
-        _check_same(rec_slabs, live, snaps, lives)
+        _check_recurrent(storage, live, snaps, lives)
         row(
             "capture_recurrent",
             rec_bytes,
@@ -195,6 +211,7 @@ def measure(work: Workload, device: torch.device, warmup: int, repeats: int) -> 
     pages = work.live.kv_pages
     if pages:
         v = work.valid
+        _check_partial_kv(storage, pages, snaps, lives, v)
         kv_bytes = p * v * sum(t[0, 0].numel() * t.element_size() for t in pages.values())
         row(
             "capture_partial_kv",
@@ -238,16 +255,67 @@ def _each(call: Callable[..., object], arguments: Iterable[tuple[object, ...]]) 
         call(*args)
 
 
-def _check_same(
+def _check_recurrent(
+    storage: object, live: dict[str, torch.Tensor], snaps: list[int], lives: list[int]
+) -> None:
+    """Before timing: capture, zero and restore each do their copy, bit for bit (the
+    live tensors hold random bytes, so a kernel that wrote nothing would fail)."""
+    from gpu.storage import GpuStorage
+
+    assert isinstance(storage, GpuStorage)
+    slabs = storage.slabs()["recurrent"]
+    original = {name: tensor[lives].clone() for name, tensor in live.items()}
+    storage.capture_recurrent_batch(snaps, lives).synchronize()
+    _require("captured slab", slabs, live, snaps, lives)
+    storage.zero_recurrent_batch(lives).synchronize()
+    for name, tensor in live.items():
+        if bool(tensor[lives].any()):
+            raise HyckptError(f"bench: zero_recurrent left {name!r} nonzero")
+    storage.restore_recurrent_batch(snaps, lives).synchronize()
+    _require("restored live tensor", slabs, live, snaps, lives)
+    for name, tensor in live.items():
+        if not _same_bits(tensor[lives], original[name]):
+            raise HyckptError(f"bench: restoring {name!r} did not bring back its bytes")
+
+
+def _check_partial_kv(
+    storage: object,
+    pages: dict[str, torch.Tensor],
+    snaps: list[int],
+    lives: list[int],
+    valid: int,
+) -> None:
+    """Before timing: a partial-KV capture copies exactly the first ``valid`` rows."""
+    from gpu.storage import GpuStorage
+
+    assert isinstance(storage, GpuStorage)
+    slabs = storage.slabs()["kv"]
+    for slab in slabs.values():
+        slab.zero_()
+    storage.capture_partial_kv_batch(snaps, lives, [valid] * len(snaps)).synchronize()
+    for name, page in pages.items():
+        copied, left = slabs[name][snaps, :valid], slabs[name][snaps, valid:]
+        if not _same_bits(copied, page[lives, :valid]) or bool(left.any()):
+            raise HyckptError(f"bench: capture_partial_kv of {name!r} is not the first rows")
+
+
+def _require(
+    what: str,
     slabs: dict[str, torch.Tensor],
     live: dict[str, torch.Tensor],
     snaps: list[int],
     lives: list[int],
 ) -> None:
-    """The kernel's capture equals the live bytes (a sanity check before timing)."""
     for name, tensor in live.items():
-        if not torch.equal(slabs[name][snaps], tensor[lives]):
-            raise HyckptError(f"bench: the captured slab {name!r} differs from the live tensor")
+        if not _same_bits(slabs[name][snaps], tensor[lives]):
+            raise HyckptError(f"bench: the {what} {name!r} differs from its source")
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (``torch.equal`` would call ``-0.0`` and ``0.0`` equal)."""
+    return a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
+    )
 
 
 def _export_calls(work: Workload, device: torch.device) -> list[dict[str, torch.Tensor]]:
@@ -308,18 +376,34 @@ def _reference_export(call: dict[str, torch.Tensor]) -> None:
 
 
 def report(rows: Sequence[Row]) -> list[str]:
-    """The table, then the headline (always last)."""
+    """The table, a note on host-bound times if any, then the headline (always last).
+
+    GB/s columns are bytes written per second of device time; ``*`` marks a time that
+    includes waits for the host. ``host µs/call`` is the kernel method's host time.
+    """
     header = (
-        f"{'op':<20} {'model':<20} {'pairs':>5} {'MiB/call':>9} {'kernel GB/s':>11} "
-        f"{'per-pair GB/s':>13} {'torch copy_ GB/s':>16} {'large copy GB/s':>15} "
-        f"{'kernel/large':>12}"
+        f"{'op':<20} {'model':<20} {'pairs':>5} {'MiB/call':>9} {'kernel GB/s':>12} "
+        f"{'per-pair GB/s':>14} {'torch copy_ GB/s':>17} {'large copy GB/s':>16} "
+        f"{'kernel/large':>12} {'host µs/call':>12}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
+        cells = [
+            f"{r.gbps(seconds):.4g}" + ("*" if method in r.host_bound else "")
+            for method, seconds in zip(
+                METHODS, (r.kernel_s, r.per_pair_s, r.torch_s, r.large_s), strict=True
+            )
+        ]
         lines.append(
             f"{r.op:<20} {r.model:<20} {r.pairs:>5} {r.nbytes / 2**20:>9.3f} "
-            f"{r.gbps(r.kernel_s):>11.4g} {r.gbps(r.per_pair_s):>13.4g} "
-            f"{r.gbps(r.torch_s):>16.4g} {r.gbps(r.large_s):>15.4g} {percent(r.vs_large):>11}%"
+            f"{cells[0]:>12} {cells[1]:>14} {cells[2]:>17} {cells[3]:>16} "
+            f"{percent(r.vs_large):>11}% {r.kernel_host_s * 1e6:>12.1f}"
+        )
+    if any(r.host_bound for r in rows):
+        lines.append(
+            "* the device waited for the host during these calls (a call that synchronises, "
+            "such as the exporter's plan, or host work longer than the head start): the "
+            "figure includes host time"
         )
     lines.append(headline(rows))
     return lines
