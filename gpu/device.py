@@ -189,17 +189,27 @@ def keep_alive(tensors: Sequence[torch.Tensor], stream: Stream) -> None:
     """Tell PyTorch's caching allocator that ``tensors`` are used on ``stream``, so their
     memory is not handed out again before the work enqueued there completes.
 
-    Recorded for every CUDA tensor: the allocator frees a block in the order of the
-    stream it was *allocated* on, which may be neither ``stream`` nor the current one
-    (a caller's input produced on a compute stream, a cached descriptor table uploaded
-    by an earlier call). Recording on the allocation stream itself is harmless. A no-op
-    without streams.
+    Recorded for every CUDA tensor, whatever stream allocated it (the allocator orders
+    a block's reuse on that stream). A record lasts as long as the tensor's memory, so a
+    long-lived tensor needs it once per stream (:class:`gpu.storage.GpuStorage` keeps
+    track). A no-op without streams.
     """
     if stream is None:
         return
     for tensor in tensors:
         if tensor.is_cuda:
             tensor.record_stream(stream)
+
+
+def keep_inputs_alive(tensors: Sequence[torch.Tensor], stream: Stream) -> None:
+    """:func:`keep_alive` for a call's own inputs, when ``stream`` is not the current one.
+
+    On the current stream a launch reads its inputs as any PyTorch operation does, under
+    PyTorch's rule: a tensor allocated on another stream is the caller's to
+    ``record_stream``. On another stream the GPU layer records them itself.
+    """
+    if stream is not None and stream != torch.cuda.current_stream(stream.device):
+        keep_alive(tensors, stream)
 
 
 def publish_when_done(index: CheckpointIndex, reservation: Reservation, event: Event) -> bool:

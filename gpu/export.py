@@ -252,7 +252,7 @@ def _launch(
         )
     stream_ = dev.resolve_stream(stream, device)
     dev.wait_event(stream_, after)
-    dev.keep_alive(list(tensors.values()), stream_)
+    dev.keep_inputs_alive(list(tensors.values()), stream_)
     for jobs in job_tables(rows):  # contiguous copies, then strided gathers
         launch_jobs(jobs, device=device, stream=stream_)
     return dev.record_event(stream_)

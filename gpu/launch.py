@@ -82,7 +82,8 @@ def launch_slots(
     """Copy every descriptor row of ``desc`` for every pair, in one launch (slot mode).
 
     Args:
-        desc: ``int64 [rows, DESC_FIELDS]`` on ``device`` (``meta.rows`` uploaded).
+        desc: ``int64 [rows, DESC_FIELDS]`` on ``device`` (``meta.rows`` uploaded),
+            its upload ordered before ``stream`` and its memory kept for it by the caller.
         meta: the host description of ``desc`` (alignment, flatness, largest row).
         pairs: ``(snap, live_a, live_b, count)`` rows, already validated.
         to_live: restore (slab → live) instead of capture (live → slab).
@@ -107,7 +108,6 @@ def launch_slots(
     grid, rounds = _grid(len(pairs) * len(meta.rows), max_bytes, word)
     with dev.on_stream(stream):
         pair_table = table_tensor(pairs, PAIR_FIELDS, device)
-        dev.keep_alive([desc], stream)
         kernel_for(device)[grid](
             desc,
             pair_table,

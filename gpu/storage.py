@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -57,12 +57,26 @@ Indices = Sequence[int] | torch.Tensor
 
 @dataclass(frozen=True)
 class _Descriptor:
-    """A cached slot-mode table: on the device once ``ready`` completed."""
+    """A cached slot-mode table: on the device once ``ready`` completed.
+
+    ``tensors`` (the table, the slabs and live tensors it addresses) are held, so no
+    other tensor can take their addresses while the table is cached; each stream the
+    table is used on is recorded for them once (``streams``).
+    """
 
     key: tuple[object, ...]
     meta: SlotTable
     table: torch.Tensor
     ready: dev.Event  # recorded after the upload, on the stream that uploaded it
+    tensors: tuple[torch.Tensor, ...]
+    streams: set[object] = field(default_factory=set)
+
+    def use_on(self, stream: dev.Stream) -> None:
+        """Order ``stream`` after the upload; keep every tensor's memory for it."""
+        dev.wait_event(stream, self.ready)
+        if stream is not None and stream not in self.streams:
+            dev.keep_alive(self.tensors, stream)
+            self.streams.add(stream)
 
 
 class GpuStorage(ReferenceStorage):
@@ -526,7 +540,7 @@ class GpuStorage(ReferenceStorage):
         )
         with dev.on_stream(stream_):
             table = table_tensor(meta.rows, DESC_FIELDS, self._device)
-        dev.keep_alive([hidden, slab], stream_)
+        dev.keep_inputs_alive([hidden, slab], stream_)
         offsets = [b * hidden.stride(0) + p * hidden.stride(1) for _, b, p in checked]
         pairs = pair_rows([s for s, _, _ in checked], offsets)
         launch_slots(table, meta, pairs, to_live=to_live, device=self._device, stream=stream_)
@@ -548,10 +562,7 @@ class GpuStorage(ReferenceStorage):
         descriptor = self._descriptor(groups, stream_)
         # The table may have been uploaded by an earlier call on another stream, whose
         # copy this stream would otherwise not wait for.
-        dev.wait_event(stream_, descriptor.ready)
-        for group in groups:
-            dev.keep_alive([*self._slabs[group].values()], stream_)
-            dev.keep_alive([*self._live_group(group).values()], stream_)
+        descriptor.use_on(stream_)
         launch_slots(
             descriptor.table,
             descriptor.meta,
@@ -586,7 +597,10 @@ class GpuStorage(ReferenceStorage):
         )
         with dev.on_stream(stream):
             table = table_tensor(meta.rows, DESC_FIELDS, self._device)
-        descriptor = _Descriptor(tuple(key), meta, table, dev.record_event(stream))
+        tensors = [table]
+        for group in groups:
+            tensors += [*self._slabs[group].values(), *self._live_group(group).values()]
+        descriptor = _Descriptor(tuple(key), meta, table, dev.record_event(stream), tuple(tensors))
         self._descriptors[groups] = descriptor
         return descriptor
 

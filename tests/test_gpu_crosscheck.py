@@ -1022,6 +1022,24 @@ def test_a_table_uploaded_on_a_busy_stream_is_waited_for(device: torch.device) -
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_cached_table_records_its_tensors_once_per_stream(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The descriptor cache keeps the allocator informed at one record per stream: its
+    table, every slab and every live tensor of the groups, each time a new stream uses
+    it (streams are stood in for by plain objects; the CPU has none)."""
+    recorded: list[tuple[object, int]] = []
+    monkeypatch.setattr(dev, "keep_alive", lambda ts, s: recorded.append((s, len(ts))))
+    live = LiveState(recurrent={"a": torch.zeros((2, 3), device=device),
+                                "b": torch.zeros((2, 5), device=device)})  # fmt: skip
+    storage = GpuStorage(live, 2, 0)
+    descriptor = storage._descriptor(("recurrent",), None)
+    first, second = object(), object()
+    for stream in (first, first, second, first, None):
+        descriptor.use_on(stream)  # type: ignore[arg-type]
+    assert recorded == [(first, 5), (second, 5)]  # table + 2 slabs + 2 live tensors
+
+
 def test_cpu_streams_are_ignored_and_cuda_streams_are_checked(device: torch.device) -> None:
     assert dev.resolve_stream(object(), torch.device("cpu")) is None
     assert dev.record_event(None) is dev.COMPLETED and dev.COMPLETED.query()
