@@ -671,14 +671,14 @@ class Engine:
             )
             total += self.costs.checkpoint_bytes(seq.hit_tokens)
             slots.append(seq.hit_slot)
-            # Counted when the copy is issued, not at admission: a preemption can drop a
-            # planned restore, and the readmission plans it again.
+            # Counted when the copy is issued (a preemption can drop a planned restore),
+            # and as a prefix hit only at the first admission, the population of
+            # hit_tokens; a readmission's restore recovers from memory pressure.
             saved = self.costs.prefill_flops(seq.hit_tokens)
-            if seq.restores == 0:
+            if seq.admissions == 1:
                 self.metrics.flops_saved += saved
             else:
                 self.metrics.resume_flops_saved += saved
-            seq.restores += 1
         self.metrics.restores += len(slots)
         self.metrics.restore_bytes += total
         duration = self.costs.copy_s(total, len(slots)) + self.config.faults.copy_delay_s

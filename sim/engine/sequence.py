@@ -88,8 +88,6 @@ class Seq:
         hit_tokens: checkpoint hit of the latest admission (0 = none).
         hit_slot: snapshot slot of that hit (-1 = none).
         admissions: times the request was admitted (1 + resumptions).
-        restores: checkpoint restores issued for the request (a restore planned at an
-            admission that was preempted before the copy was issued does not count).
         first_token_s: simulated time of the first output token (-1 = not yet).
         digests: chained digests of the prompt's full blocks.
         branch_points: the ``branch`` placement hint of the latest admission.
@@ -109,7 +107,6 @@ class Seq:
     hit_tokens: int = 0
     hit_slot: int = -1
     admissions: int = 0
-    restores: int = 0
     first_token_s: float = -1.0
     hashed: HashedPrompt | None = None
     digests: Sequence[bytes] = ()
