@@ -65,7 +65,7 @@ def test_bytes_and_durations() -> None:
 def test_presets_and_errors() -> None:
     assert set(GPU_PRESETS) >= {"h100", "h200", "a100", "b200"}
     h200 = get_gpu("h200")
-    assert h200.hbm_bytes_per_s == 4.8e12 and h200.memory_bytes == 141 * 10**9
+    assert h200.hbm_bytes_per_s == 4.8e12 and h200.memory_bytes == 141 * 2**30  # GiB
     assert all(spec.source for spec in GPU_PRESETS.values())
     with pytest.raises(InvalidConfigError, match="did you mean 'h200'"):
         get_gpu("h20")

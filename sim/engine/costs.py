@@ -56,6 +56,11 @@ from reference.sizes import (
 
 TERA = 10**12
 """FLOP/s or bytes/s in a tera (decimal, as datasheets count)."""
+GIB = 2**30
+"""Bytes in a GiB. Datasheets write HBM capacity as "GB", but HBM stacks come in powers
+of two (an H100's 80 GB are five 16 GiB stacks) and ``nvidia-smi`` reports binary sizes
+a little under the datasheet figure read as GiB (driver reservations, which the 0.9
+memory utilisation absorbs); read as decimal GB they would be ~7 % short."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class GpuSpec:
         name: preset name (``h200``).
         peak_flops: dense BF16 tensor-core peak, FLOP/s.
         hbm_bytes_per_s: HBM bandwidth, bytes/s.
-        memory_bytes: HBM capacity, bytes.
+        memory_bytes: HBM capacity, bytes (the datasheet's "GB" read as GiB, see :data:`GIB`).
         source: where the numbers come from.
     """
 
@@ -84,7 +89,7 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="h200",
             peak_flops=989.5 * TERA,
             hbm_bytes_per_s=4.8 * TERA,
-            memory_bytes=141 * 10**9,
+            memory_bytes=141 * GIB,
             source=(
                 "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
                 "sparsity (989.5 dense), 141 GB HBM3e at 4.8 TB/s"
@@ -94,7 +99,7 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="h100",
             peak_flops=989.5 * TERA,
             hbm_bytes_per_s=3.35 * TERA,
-            memory_bytes=80 * 10**9,
+            memory_bytes=80 * GIB,
             source=(
                 "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
                 "sparsity (989.5 dense), 80 GB HBM3 at 3.35 TB/s"
@@ -104,7 +109,7 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="a100",
             peak_flops=312 * TERA,
             hbm_bytes_per_s=2.039 * TERA,
-            memory_bytes=80 * 10**9,
+            memory_bytes=80 * GIB,
             source=(
                 "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): BF16 312 TFLOPS dense, "
                 "80 GB HBM2e at 2,039 GB/s"
@@ -114,7 +119,7 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="b200",
             peak_flops=2250 * TERA,
             hbm_bytes_per_s=8.0 * TERA,
-            memory_bytes=180 * 10**9,
+            memory_bytes=180 * GIB,
             source=(
                 "NVIDIA HGX B200 specifications, per GPU: FP16/BF16 4.5 PFLOPS with "
                 "sparsity (2.25 dense), 180 GB HBM3e at 8 TB/s"
