@@ -14,7 +14,7 @@ import torch
 from gpu import device as dev
 from gpu.descriptors import DESC_FIELDS, JOB_FIELDS, PAIR_FIELDS, JobTable, SlotTable
 from gpu.kernels import WORD_TYPES, kernel_for
-from reference.errors import LayoutMismatchError
+from reference.errors import InvalidConfigError, LayoutMismatchError
 
 #: Words per program and chunk (8 KiB with 8-byte words).
 BLOCK = 1024
@@ -22,6 +22,11 @@ BLOCK = 1024
 MAX_CHUNKS = 65_535
 #: Largest first grid dimension CUDA accepts.
 MAX_JOBS = 2**31 - 1
+#: Chunks each program copies (at least; more when a job exceeds ``MAX_CHUNKS`` chunks).
+#: 1 maximises parallelism; more means fewer programs, and fewer that find nothing to do
+#: when a launch mixes large and small blocks (the grid is sized by the largest). Which
+#: is faster is a question for a GPU: ``hyckpt bench gpu --chunks-per-program``.
+CHUNKS_PER_PROGRAM = 1
 
 
 def table_tensor(rows: Sequence[Sequence[int]], width: int, device: torch.device) -> torch.Tensor:
@@ -43,6 +48,14 @@ def _word(align: int) -> int:
     return min(align, 8)
 
 
+def set_chunks_per_program(count: int) -> None:
+    """Set :data:`CHUNKS_PER_PROGRAM` for every later launch (a tuning knob)."""
+    global CHUNKS_PER_PROGRAM
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidConfigError(f"chunks per program must be an int >= 1, got {count!r}")
+    CHUNKS_PER_PROGRAM = count
+
+
 def _grid(jobs: int, max_bytes: int, word: int) -> tuple[tuple[int, int], int]:
     """The grid ``(jobs, programs per job)`` and ``ROUNDS``, the chunks each program copies."""
     if jobs > MAX_JOBS:
@@ -51,7 +64,7 @@ def _grid(jobs: int, max_bytes: int, word: int) -> tuple[tuple[int, int], int]:
             "split the batch"
         )
     chunks = max(1, -(-(max_bytes // word) // BLOCK))
-    programs = min(chunks, MAX_CHUNKS)
+    programs = min(-(-chunks // CHUNKS_PER_PROGRAM), MAX_CHUNKS)
     return (jobs, programs), -(-chunks // programs)
 
 

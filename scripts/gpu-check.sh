@@ -33,11 +33,16 @@ CUDA_LAUNCH_BLOCKING=1 HYPOTHESIS_PROFILE=smoke timeout "${GPU_CHECK_PREFLIGHT_S
     python3 -m pytest -x -q -p no:cacheprovider --device=cuda -o faulthandler_timeout=60 \
     tests/test_gpu_crosscheck.py -k "not conformance_suite" \
     2>&1 | tee "$out/preflight.txt" || status=1
-timeout "${GPU_CHECK_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
+timeout "${GPU_CHECK_TEST_S:-270}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
     -o faulthandler_timeout=120 \
     tests/test_gpu_crosscheck.py tests/test_gpu_stateful.py tests/test_gpu_bench.py \
     2>&1 | tee "$out/tests.txt" || status=1
 timeout "${GPU_CHECK_BENCH_S:-150}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
     --repeats 50 --warmup 5 2>&1 | tee "$out/bench-gpu.txt" || status=1
+# The same headline model with fewer, longer programs (gpu.launch.CHUNKS_PER_PROGRAM):
+# which grid suits a launch that mixes small conv rows and large state rows.
+timeout "${GPU_CHECK_TUNE_S:-60}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
+    --repeats 50 --warmup 5 --models nemotron-h-8b --chunks-per-program 8 \
+    2>&1 | tee "$out/bench-gpu-chunks8.txt" || status=1
 echo "exit status $status" | tee "$out/summary.txt"
 exit $status

@@ -111,3 +111,16 @@ def test_time_calls_on_the_cpu_counts_every_call() -> None:
     timing = time_calls(lambda: calls.append(1), torch.device("cpu"), warmup=2, repeats=3)
     assert len(calls) == 5 and timing.host_s == timing.device_s >= 0
     assert not timing.host_bound
+
+
+def test_chunks_per_program_is_an_option_and_restored_after(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gpu import launch
+
+    argv = ("--quick", "--device", "cpu", "--models", "gpt-oss-20b", "--chunks-per-program", "3")
+    assert main(_args(*argv)) == 0
+    assert HEADLINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
+    assert launch.CHUNKS_PER_PROGRAM == 1
+    assert main(_args("--device", "cpu", "--chunks-per-program", "0")) == 2
+    assert "--chunks-per-program" in capsys.readouterr().err

@@ -602,15 +602,19 @@ def test_export_layers_to_storage_matches_export_to_storage(device: torch.device
 # --- jobs of several chunks --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("grid", ["default", "tiny-grid"])
+@pytest.mark.parametrize("grid", ["default", "tiny-grid", "chunks-per-program"])
 def test_jobs_of_many_chunks_and_the_chunk_loop(
     device: torch.device, monkeypatch: pytest.MonkeyPatch, grid: str
 ) -> None:
     """Slabs larger than one chunk (``BLOCK`` words), and, with a tiny ``BLOCK`` and
-    ``MAX_CHUNKS``, programs that loop over several chunks of their job."""
-    if grid == "tiny-grid":
+    ``MAX_CHUNKS`` or several chunks per program, programs that loop over several
+    chunks of their job."""
+    if grid != "default":
         monkeypatch.setattr(launch, "BLOCK", 16)
+    if grid == "tiny-grid":
         monkeypatch.setattr(launch, "MAX_CHUNKS", 3)
+    if grid == "chunks-per-program":
+        monkeypatch.setattr(launch, "CHUNKS_PER_PROGRAM", 4)
     spec = Spec(
         (((40, 33), torch.float32), ((5, 7, 3), torch.bfloat16)),
         3,
@@ -658,6 +662,22 @@ def test_jobs_of_many_chunks_and_the_chunk_loop(
     ReferenceExporter().export(**case.kwargs)
     for name in ("conv_slab", "state_slab"):
         assert_bits(call[name], case.kwargs[name], name)
+
+
+def test_the_grid_covers_every_chunk_with_the_fewest_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    words = 10 * launch.BLOCK + 1  # 11 chunks
+    assert launch._grid(3, words * 8, 8) == ((3, 11), 1)
+    monkeypatch.setattr(launch, "CHUNKS_PER_PROGRAM", 4)
+    assert launch._grid(3, words * 8, 8) == ((3, 3), 4)
+    monkeypatch.setattr(launch, "MAX_CHUNKS", 2)
+    assert launch._grid(3, words * 8, 8) == ((3, 2), 6)
+    launch.set_chunks_per_program(2)
+    assert launch.CHUNKS_PER_PROGRAM == 2
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidConfigError, match="chunks per program"):
+            launch.set_chunks_per_program(bad)  # type: ignore[arg-type]
 
 
 # --- bad input ---------------------------------------------------------------------------

@@ -456,6 +456,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cuda, or cpu (tiny sizes in the Triton interpreter); auto: cuda if available",
     )
     parser.add_argument(
+        "--chunks-per-program",
+        type=int,
+        default=1,
+        metavar="N",
+        help="chunks of 8 KiB (BLOCK words) each kernel program copies: fewer, longer "
+        "programs (default: %(default)s; see gpu.launch.CHUNKS_PER_PROGRAM)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="tiny sizes, one warm-up and one timed call (what CI runs)",
@@ -485,14 +493,23 @@ def main(args: argparse.Namespace) -> int:
             "hyckpt bench gpu: error: --device cuda but torch sees no CUDA device", file=sys.stderr
         )
         return 2
-    if args.pairs < 1 or args.block < 1 or args.repeats < 1 or args.warmup < 0:
+    if (
+        args.pairs < 1
+        or args.block < 1
+        or args.repeats < 1
+        or args.warmup < 0
+        or args.chunks_per_program < 1
+    ):
         print(
-            "hyckpt bench gpu: error: --pairs, --block and --repeats must be >= 1, --warmup >= 0",
+            "hyckpt bench gpu: error: --pairs, --block, --repeats and --chunks-per-program "
+            "must be >= 1, --warmup >= 0",
             file=sys.stderr,
         )
         return 2
     for name in args.models:
         sizes.get_model(name)  # an unknown name fails before anything runs
+    from gpu import launch
+
     device = torch.device(want)
     tiny = device.type == "cpu" or args.quick
     pairs, block = (TINY_PAIRS, TINY_BLOCK) if tiny else (args.pairs, args.block)
@@ -506,13 +523,19 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(
             f"device: {dev.device_name(device)}; pairs {pairs}, block {block}, "
-            f"{repeats} timed calls after {warmup} warm-up calls"
+            f"{repeats} timed calls after {warmup} warm-up calls, "
+            f"{args.chunks_per_program} chunk(s) per program"
         )
     rows: list[Row] = []
-    for name in args.models:
-        work = build_workload(name, pairs, block, device, tiny=tiny)
-        rows += measure(work, device, warmup, repeats)
-        del work
+    previous = launch.CHUNKS_PER_PROGRAM
+    launch.set_chunks_per_program(args.chunks_per_program)
+    try:
+        for name in args.models:
+            work = build_workload(name, pairs, block, device, tiny=tiny)
+            rows += measure(work, device, warmup, repeats)
+            del work
+    finally:
+        launch.set_chunks_per_program(previous)
     for line in report(rows):
         print(line)
     return 0
