@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from reference.errors import HyckptError
 from reference.vectors_index import index_cases
 from reference.vectors_placement import placement_cases
 from reference.vectors_record import REGENERATE, Recorder
@@ -83,25 +84,49 @@ def generate() -> dict[str, str]:
 
 
 def write(directory: Path) -> list[Path]:
-    """Write every vector file into ``directory`` (created if needed)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write every vector file into ``directory`` (created if needed).
+
+    Raises:
+        HyckptError: ``directory`` is not a folder or cannot be written.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise HyckptError(f"cannot write the vectors into {directory}: it is not a folder")
     written = []
-    for name, text in generate().items():
-        path = directory / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in generate().items():
+            path = directory / name
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as error:
+        where = error.filename or directory
+        raise HyckptError(
+            f"cannot write the vectors into {directory}: {where}: {error.strerror or error}"
+        ) from None
     assert tuple(p.name for p in written) == FILES
     return written
 
 
 def stale(directory: Path) -> list[str]:
-    """Names of the files in ``directory`` that differ from a fresh generation."""
+    """Names of the files in ``directory`` that differ from a fresh generation (or are
+    missing: :func:`missing` tells which)."""
     return [
         name
         for name, text in generate().items()
-        if not (directory / name).is_file()
-        or (directory / name).read_text(encoding="utf-8") != text
+        if not (directory / name).is_file() or _read(directory / name) != text
     ]
+
+
+def missing(directory: Path) -> list[str]:
+    """Names of the vector files that ``directory`` does not hold."""
+    return [name for name in FILES if not (directory / name).is_file()]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +143,15 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.out)
     if args.check:
         differing = stale(directory)
+        absent = missing(directory)
         for name in differing:
-            print(f"{directory / name} is not what the generator writes now; run {REGENERATE}")
+            if name in absent:
+                print(f"{directory / name} is missing; write it with {REGENERATE}")
+            else:
+                print(f"{directory / name} is not what the generator writes now; run {REGENERATE}")
+        if not differing:
+            files = " and ".join(str(directory / name) for name in FILES)
+            print(f"vectors: ok ({files} match the generator)")
         return 1 if differing else 0
     for path in write(directory):
         cases = len(json.loads(path.read_text(encoding="utf-8"))["cases"])
@@ -133,7 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write the JSON vectors (operation sequences with the reference's answers).",
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except HyckptError as error:
+        print(f"vectors: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

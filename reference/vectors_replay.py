@@ -266,12 +266,30 @@ def load_vectors(path: Path) -> dict[str, Any]:
     Raises:
         HyckptError: the file is not a vector file of :data:`VECTORS_VERSION`.
     """
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HyckptError(
+            f"{path}: no such file; a vector folder holds {' and '.join(FILES)} "
+            "(write them with `hyckpt vectors --out DIR`)"
+        ) from None
+    except OSError as error:
+        raise HyckptError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise HyckptError(f"{path}: not a vector file (not UTF-8: {error.reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise HyckptError(
+            f"{path}:{error.lineno}: not a vector file (invalid JSON: {error.msg}; truncated?)"
+        ) from None
     if not isinstance(data, dict) or data.get("version") != VECTORS_VERSION:
         found = data.get("version") if isinstance(data, dict) else None
         raise HyckptError(
             f"{path}: vector version {found!r}, this replayer reads version {VECTORS_VERSION}"
         )
+    if not isinstance(data.get("cases"), list):
+        raise HyckptError(f'{path}: not a vector file (no list of "cases")')
     return data
 
 
@@ -293,10 +311,23 @@ def replay(documents: Iterable[tuple[str, dict[str, Any]]], target: Target) -> R
     return report
 
 
+def load_directory(directory: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(file name, vector document)`` of ``directory/placement.json`` and
+    ``directory/index.json``.
+
+    Raises:
+        HyckptError: the folder or a file is missing, unreadable or not a vector file.
+    """
+    if not directory.exists():
+        raise HyckptError(f"{directory}: no such folder (a vector folder holds {', '.join(FILES)})")
+    if not directory.is_dir():
+        raise HyckptError(f"{directory} is not a folder of vector files ({', '.join(FILES)})")
+    return [(name, load_vectors(directory / name)) for name in FILES]
+
+
 def replay_directory(directory: Path, target: Target) -> Report:
     """Replay ``directory/placement.json`` and ``directory/index.json``."""
-    documents = [(name, load_vectors(directory / name)) for name in FILES]
-    return replay(documents, target)
+    return replay(load_directory(directory), target)
 
 
 def print_report(report: Report, out: TextIO, *, verbose: bool = False) -> None:
@@ -326,11 +357,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay; exit code 0 when nothing mismatched, 1 otherwise."""
-    directory = Path(args.directory)
+    documents = load_directory(Path(args.directory))  # before starting a server
     if args.command:
         target = ConnectionTarget(args.command)
         try:
-            report = replay_directory(directory, target)
+            report = replay(documents, target)
         finally:
             target.close()
     else:
@@ -338,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
         from reference.protocol_server import reference_implementation
 
         impl = load_implementation(args.impl) if args.impl else reference_implementation()
-        report = replay_directory(directory, SessionTarget(impl))
+        report = replay(documents, SessionTarget(impl))
     print_report(report, sys.stdout, verbose=args.verbose)
     return 0 if report.ok else 1
 

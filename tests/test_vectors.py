@@ -121,3 +121,41 @@ def test_the_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert "0 mismatched" in capsys.readouterr().out
     assert main(["replay-vectors", str(tmp_path)]) == 2
     assert "vector version" in capsys.readouterr().err
+
+
+def test_bad_folders_are_usage_errors_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x", encoding="utf-8")
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    for name in FILES:
+        text = (VECTORS / name).read_text(encoding="utf-8")
+        (truncated / name).write_text(text[: len(text) // 2], encoding="utf-8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (["replay-vectors", str(tmp_path / "nonexistent")], "no such folder"),
+        (["replay-vectors", str(a_file)], "is not a folder"),
+        (["replay-vectors", str(truncated)], "invalid JSON"),
+        (["replay-vectors", str(empty)], "placement.json: no such file"),
+        (["vectors", "--out", str(a_file)], "it is not a folder"),
+        (["vectors", "--out", str(a_file / "below")], "cannot write the vectors"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("hyckpt: error: ") and message in err, (argv, err)
+        assert "Traceback" not in err
+
+
+def test_vectors_check_names_missing_files_and_says_ok(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["vectors", "--out", str(tmp_path / "missing"), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("is missing") == len(FILES) and "is not what" not in out
+    assert main(["vectors", "--out", str(VECTORS), "--check"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("vectors: ok")
