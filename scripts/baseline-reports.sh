@@ -3,9 +3,10 @@
 #
 #   bash scripts/baseline-reports.sh
 #
-# Each `hyckpt sweep` runs the scenario's [sweep] axes x seeds in shadow mode, replaces
-# reports/<scenario>/results/*.json and rebuilds reports/<scenario>/summary.md and
-# figures/ from those files alone. Deterministic: rerunning on an unchanged tree changes
+# Each `hyckpt sweep --out reports` runs the scenario's [sweep] axes x seeds in shadow
+# mode, replaces reports/<scenario>/results/*.json and rebuilds reports/<scenario>/summary.md
+# and figures/ from those files alone. (Without --out a sweep writes to the git-ignored
+# reports/<scenario>/runs/sweep/ and leaves the committed baseline alone.) Deterministic: rerunning on an unchanged tree changes
 # only the git revision recorded in the results and summaries.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,7 +14,7 @@ hyckpt=${HYCKPT:-.venv/bin/hyckpt}
 for file in scenarios/*.toml; do
     name=$(basename "$file" .toml)
     echo "==> $name"
-    "$hyckpt" sweep "$file" --quiet
+    "$hyckpt" sweep "$file" --out reports --quiet
 done
 {
     echo "# reports/"

@@ -1,5 +1,6 @@
 """``hyckpt sweep``: run a scenario over the cross product of sweep axes × seeds, save one
-JSON result per run under ``OUT/<scenario>/results/``, then build the report
+JSON result per run under ``OUT/<scenario>/results/`` (without ``--out``:
+``reports/<scenario>/runs/sweep/results/``, which git ignores), then build the report
 (:mod:`sim.report`; docs/REPORTS.md).
 
 A job is plain data (:class:`Job`); a *runner* — a picklable top-level function
@@ -41,6 +42,22 @@ from sim.report.data import axis_name
 EXECUTORS = ("process", "dask", "serial")
 #: Axis key of the seed, when a scenario sweeps it as an axis.
 SEED_AXIS = "scenario.seed"
+#: Where ``hyckpt sweep`` writes without ``--out``, relative to the working directory:
+#: ``reports/<scenario>/runs/sweep`` (git ignores ``reports/*/runs/``), so a sweep never
+#: overwrites the committed baseline in ``reports/<scenario>/`` unless asked to with
+#: ``--out reports`` (as ``scripts/baseline-reports.sh`` does).
+REPORTS_DIR = Path("reports")
+RUNS_DIR = "runs"
+SWEEP_DIR = "sweep"
+
+
+def sweep_folder(out: str | os.PathLike[str] | None, name: str) -> Path:
+    """The folder a sweep of scenario ``name`` writes: ``out/<name>``, or without ``out``
+    ``reports/<name>/runs/sweep``."""
+    if out is None:
+        return REPORTS_DIR / name / RUNS_DIR / SWEEP_DIR
+    return Path(out) / name
+
 
 Runner = Callable[[str, dict[str, object], int | None], dict[str, Any]]
 
@@ -310,7 +327,8 @@ def run_sweep(
     report: bool = True,
 ) -> Path:
     """Run the sweep, write ``out/<name>/results/*.json`` and, with ``report``, build the
-    report; return ``out/<name>``.
+    report; return ``out/<name>`` (:func:`run_sweep_in` writes into a folder of your
+    choice).
 
     The arguments and the output folder are checked before any job runs. The new results
     replace the folder's old ones only once every run has finished and been written: a
@@ -320,11 +338,42 @@ def run_sweep(
         InvalidConfigError: bad axes, seeds, executor or workers.
         OutputPathError: ``out/<name>/results`` cannot be written.
     """
+    return run_sweep_in(
+        scenario,
+        name,
+        axes,
+        seeds,
+        sweep_folder(out, name),
+        runner=runner,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+        report=report,
+    )
+
+
+def run_sweep_in(
+    scenario: str,
+    name: str,
+    axes: Mapping[str, Sequence[object]],
+    seeds: Sequence[int] | None,
+    folder: Path,
+    *,
+    runner: Runner = run_scenario_job,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = False,
+    report: bool = True,
+) -> Path:
+    """:func:`run_sweep` writing ``folder/results/*.json`` (and the report in ``folder``);
+    return ``folder``."""
     jobs = expand_jobs(scenario, axes, seeds)
     if executor not in EXECUTORS:
         raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
     check_workers(workers)
-    folder = Path(out) / name
+    folder = Path(folder)
     results = folder / RESULTS_DIR
     check_output_dir(results)
     documents = run_jobs(
@@ -421,7 +470,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler", metavar="ADDRESS", help="Dask scheduler address (default: a LocalCluster)"
     )
-    parser.add_argument("--out", default="reports", metavar="DIR", help="reports folder")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="reports folder: results, figures and summary.md go to DIR/<scenario>/ "
+        "(default: reports/<scenario>/runs/sweep/, which git ignores; --out reports "
+        "replaces the committed baseline in reports/<scenario>/)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
 
 
@@ -446,14 +501,15 @@ def main(args: argparse.Namespace) -> int:
             scenario.with_overrides({key: value})
     axes: dict[str, list[object]] = cli_axes if args.axis else dict(scenario.sweep_axes)
     seeds = cli_seeds if cli_seeds is not None else default_seeds(scenario, axes)
-    check_output_dir(Path(args.out) / scenario.name / RESULTS_DIR)
+    folder = sweep_folder(args.out, scenario.name)
+    check_output_dir(folder / RESULTS_DIR)
     reference = str(Path(scenario.path).resolve()) if scenario.path is not None else args.scenario
-    folder = run_sweep(
+    folder = run_sweep_in(
         reference,
         scenario.name,
         axes,
         seeds,
-        Path(args.out),
+        folder,
         executor=args.executor,
         workers=args.workers,
         scheduler=args.scheduler,

@@ -197,6 +197,51 @@ def test_hyckpt_sweep_runs_every_scenario_seed_by_default(tmp_path: Path) -> Non
     assert [d["seed"] for d in docs] == [7]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@needs_scenarios
+def test_hyckpt_sweep_without_out_leaves_the_committed_baseline_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --out a sweep writes to the git-ignored reports/<scenario>/runs/sweep/,
+    never into reports/<scenario>/ (the committed baseline); the baseline script asks for
+    reports/ explicitly."""
+    from sim.scenarios.runner import REPORTS_DIR, RUNS_DIR
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["sweep", "memory-pressure", "--axis", "workload.requests=20", "--seeds", "1"]
+    assert cli.main([*argv, "--executor", "serial"]) == 0
+    folder = REPORTS_DIR / "memory-pressure" / RUNS_DIR / "sweep"
+    assert len(_files(tmp_path / folder)) == 1 and (tmp_path / folder / "summary.md").is_file()
+    assert sorted(p.name for p in (tmp_path / "reports" / "memory-pressure").iterdir()) == ["runs"]
+    assert str(folder / "results") in capsys.readouterr().out
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "reports/*/runs/" in ignored
+    script = (ROOT / "scripts" / "baseline-reports.sh").read_text(encoding="utf-8")
+    assert 'sweep "$file" --out reports' in script
+
+
+@needs_scenarios
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.toml")), ids=lambda p: p.stem)
+def test_a_shipped_sweep_runs_no_configuration_twice(path: Path) -> None:
+    """Each job of a shipped scenario's [sweep] simulates something the others do not (an
+    acceptance rate does not matter without speculative tokens)."""
+    import dataclasses
+
+    scenario = load_scenario_ref(str(path))
+    seen: dict[object, int] = {}
+    axes = scenario.sweep_axes
+    for job in expand_jobs(str(path), axes, None if SEED_AXIS in axes else [0]):
+        loaded = scenario.with_overrides(dict(job.overrides))
+        config = loaded.sim_config
+        if config.spec_tokens == 0:
+            config = dataclasses.replace(config, spec_acceptance=0.0)
+        key = repr((config, loaded.workload, loaded.seed))
+        assert key not in seen, f"jobs {seen.get(key)} and {job.index} run the same: {job}"
+        seen[key] = job.index
+
+
 @needs_scenarios
 def test_hyckpt_sweep_reports_bad_scenarios_as_usage_errors(tmp_path: Path) -> None:
     assert cli.main(["sweep", str(tmp_path / "missing.toml"), "--quiet"]) == 2
