@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,13 +15,16 @@ from typing import Any
 
 import pytest
 from matplotlib.colors import to_hex
+from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 
 from sim import cli
 from sim.report import ReportError, build_report, figures, load_results
+from sim.report.build import table
 from sim.report.data import Row, varying_axes
 
 FIGURES = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft")
+MEMORY = "memory GiB (weights / live / pool / KV)"
 
 
 def result_doc(
@@ -37,7 +41,7 @@ def result_doc(
         "costs": {},
         "pools": {
             "checkpoint_slots": slots,
-            "checkpoint_pool_bytes": slots * 2**20,
+            "checkpoint_pool_bytes": slots * 50 * 2**20,
             "memory": {
                 "gpu_bytes": 100 * 2**30,
                 "usable_bytes": 90 * 2**30,
@@ -102,7 +106,7 @@ def table_rows(summary: str) -> list[dict[str, str]]:
     """The summary table's rows, each keyed by its column header."""
 
     def cells(line: str) -> list[str]:
-        return [cell.strip() for cell in line.strip("|").split("|")]
+        return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip("|"))]
 
     lines = summary.splitlines()
     header = cells(next(line for line in lines if line.startswith("| file |")))
@@ -140,8 +144,11 @@ def test_report_draws_every_figure_and_tabulates_every_result(tmp_path: Path) ->
         assert row["preemptions"] == "2"
         assert float(row["TTFT p50 (s)"]) == pytest.approx(t["ttft"]["p50_s"], abs=5e-5)
         assert float(row["TTFT p99 (s)"]) == pytest.approx(t["ttft"]["p99_s"], abs=5e-5)
-        assert row["GPU memory"] == "75%"
+        assert row["pool (GiB)"] == f"{doc['pools']['checkpoint_slots'] * 50 / 1024:.2f}"
+        assert row[MEMORY] == "40.00 / 2.00 / 8.00 / 17.50"
         assert row["lockstep ok"] == "yes"
+    assert "GPU memory" not in rows[0]  # a share that read 100% for every default-sized run
+    assert "- GPU memory: 90.0 GiB usable (90% of one GPU's 100.0 GiB)" in summary
 
 
 def test_single_pool_size_skips_the_pool_figure_with_a_note(tmp_path: Path) -> None:
@@ -171,8 +178,11 @@ def test_runs_that_do_not_fit_one_gpu_are_marked(tmp_path: Path) -> None:
     fits, too_big = result_doc("turns", "lru", 4, 0, 0.2), result_doc("turns", "lru", 8, 0, 0.3)
     too_big["pools"]["memory"].update(kv_pool_bytes=60 * 2**30, overcommit_bytes=20 * 2**30)
     summary = build_report(write_results(tmp_path, [fits, too_big])).read_text()
-    assert [row["GPU memory"] for row in table_rows(summary)] == ["75%", "**122%**"]
-    (line,) = [line for line in summary.splitlines() if "does not fit one GPU" in line]
+    assert [row[MEMORY] for row in table_rows(summary)] == [
+        "40.00 / 2.00 / 8.00 / 17.50",  # fits: no share, no bold
+        "**40.00 / 2.00 / 8.00 / 60.00 (122%)**",  # 110 of 90 usable GiB
+    ]
+    (line,) = [line for line in summary.splitlines() if "**does not fit one GPU**" in line]
     assert line.endswith(": 0001.json")
 
 
@@ -254,10 +264,10 @@ def many_policy_docs() -> list[dict[str, Any]]:
     """5 placements × 4 evictions (20 policies: more than matplotlib's 10 default colours)
     at two pool sizes."""
     docs = []
-    for placement in ("turns", "block-floor", "interval", "every-n", "none"):
-        for eviction in ("lru", "fifo", "size-aware", "flop-aware"):
+    for i, placement in enumerate(("turns", "block-floor", "interval", "every-n", "none")):
+        for j, eviction in enumerate(("lru", "fifo", "size-aware", "flop-aware")):
             for slots in (8, 32):
-                doc = result_doc(placement, eviction, slots, 0, 0.3)
+                doc = result_doc(placement, eviction, slots, 0, 0.3 + 0.01 * (4 * i + j))
                 doc["sweep"]["placement.policy"] = placement
                 docs.append(doc)
     return docs
@@ -355,7 +365,8 @@ def eviction_panels(figure: Figure) -> dict[str, dict[str, list[float]]]:
     for ax in figure.axes:
         bars = panels.setdefault(ax.get_xlabel(), {})
         for container in ax.containers:
-            bars[str(container.get_label())] = [p.get_width() for p in container.patches]
+            if isinstance(container, BarContainer):
+                bars[str(container.get_label())] = [p.get_width() for p in container.patches]
     return panels
 
 
@@ -419,3 +430,244 @@ def test_a_long_legend_says_it_is_cut_short(tmp_path: Path) -> None:
         assert len(legend.get_texts()) == figures.MAX_LEGEND
         assert legend.get_title().get_text() == f"first {figures.MAX_LEGEND} of 40"
         assert len(set(drawn_styles(figure))) == 40
+
+
+def grid_docs(seeds: Sequence[int] = (1, 2, 3)) -> list[dict[str, Any]]:
+    """memory-pressure's sweep: 4 pool sizes × 3 KV pools × 4 evictions × 3 seeds (144
+    runs, 48 configurations); token hit rates at most 0.02, 100 × slots + seed checkpoint
+    evictions."""
+    docs = []
+    for seed in seeds:
+        for slots in (4, 8, 16, 32):
+            for kv in (2048, 4096, 8192):
+                for eviction in ("lru", "fifo", "size-aware", "flop-aware"):
+                    hit = 0.0005 * slots * (1 + seed / 10)
+                    doc = result_doc("turns", eviction, slots, seed, hit, evictions=100 * slots)
+                    doc["totals"]["evictions"]["checkpoint:capacity"] += seed
+                    doc["config"]["kv_blocks"] = kv
+                    doc["sweep"] = {
+                        "cache.checkpoint_slots": slots,
+                        "cache.kv_blocks": kv,
+                        "eviction.policy": eviction,
+                        "scenario.seed": seed,
+                    }
+                    docs.append(doc)
+    return docs
+
+
+def test_the_table_shows_every_swept_axis_and_the_pool_in_gib(tmp_path: Path) -> None:
+    docs = []
+    for tokens in (0, 3):
+        for acceptance in (0.5, 0.9):
+            doc = result_doc("vllm-align", "lru", 128, 1, 0.5)
+            doc["sweep"] = {
+                "engine.spec_tokens": tokens,
+                "engine.spec_acceptance": acceptance,
+                "cache.checkpoint_budget_bytes": 4 * 2**30,
+                "workload.params.kind": "a|b",
+                "scenario.seed": 1,
+            }
+            docs.append(doc)
+    summary = build_report(write_results(tmp_path, docs)).read_text()
+    header = next(line for line in summary.splitlines() if line.startswith("| file |"))
+    assert header.startswith(
+        "| file | policy (placement × eviction) | spec_tokens | spec_acceptance "
+        "| checkpoint_budget_bytes | kind | pool (slots) | pool (GiB) | seed |"
+    )
+    assert "scenario.seed" not in header and "| params |" not in header
+    rows = table_rows(summary)
+    assert [(r["spec_tokens"], r["spec_acceptance"]) for r in rows] == [
+        ("0", "0.5"),
+        ("0", "0.9"),
+        ("3", "0.5"),
+        ("3", "0.9"),
+    ]
+    assert {r["checkpoint_budget_bytes"] for r in rows} == {"4 GiB"}
+    assert {r["kind"] for r in rows} == {"a\\|b"}  # escaped, not a column break
+    assert {r["pool (slots)"] for r in rows} == {"128"}
+    assert {r["pool (GiB)"] for r in rows} == {"6.25"}  # 128 slots × 50 MiB
+    # numbers right-aligned, text left
+    align = next(line for line in summary.splitlines() if line.startswith("|---"))
+    assert align.strip("|").split("|")[2:7] == ["---:", "---:", "---:", "---", "---:"]
+
+
+def test_the_table_of_a_kv_pool_sweep_names_the_kv_pool(tmp_path: Path) -> None:
+    results = load_results(write_results(tmp_path, grid_docs(seeds=(1,))) / "results")
+    rows = table_rows("\n".join(table(results)))
+    assert [r["kv_blocks"] for r in rows[:5]] == ["2048"] * 4 + ["4096"]
+    assert [r["pool (slots)"] for r in rows[::12]] == ["4", "8", "16", "32"]
+
+
+def test_a_kv_pool_that_fills_the_gpu_reads_in_gib_not_as_saturated(tmp_path: Path) -> None:
+    full = result_doc("turns", "lru", 4, 0, 0.2)
+    full["pools"]["memory"]["kv_pool_bytes"] = 40 * 2**30  # 40 + 2 + 8 + 40 = 90 usable
+    (row,) = table_rows(build_report(write_results(tmp_path, [full])).read_text())
+    assert row[MEMORY] == "40.00 / 2.00 / 8.00 / 40.00"
+    assert "100%" not in row.values()
+
+
+@pytest.mark.parametrize("maker", [figures.figure_evictions, figures.figure_flops_ttft])
+def test_bar_figures_have_one_bar_per_configuration_and_stay_small(
+    tmp_path: Path, maker: figures.FigureMaker
+) -> None:
+    rows = load_results(write_results(tmp_path, grid_docs()) / "results")
+    assert len(rows) == 144
+    figure = maker(rows)
+    assert isinstance(figure, Figure)
+    width, height = figure.get_size_inches() * figure.dpi
+    assert width <= 1800 and height <= 1000  # one bar per run was 4470 (8940) px tall
+    # four blocks, one per pool size, each with the 12 other configurations
+    blocks = [ax for ax in figure.axes if ax.get_ylabel()]
+    assert [ax.get_ylabel() for ax in blocks] == [f"checkpoint_slots={s}" for s in (4, 8, 16, 32)]
+    for ax in blocks:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert len(labels) == 12
+        assert labels[:2] == ["kv_blocks=2048, eviction=lru", "kv_blocks=2048, eviction=fifo"]
+    bars = [
+        len(container)
+        for ax in figure.axes
+        for container in ax.containers
+        if isinstance(container, BarContainer)
+    ]
+    assert sum(bars) == 48 * (2 if maker is figures.figure_evictions else 3)
+
+
+def test_eviction_bars_are_the_mean_over_seeds_with_min_max_whiskers(tmp_path: Path) -> None:
+    rows = load_results(write_results(tmp_path, grid_docs()) / "results")
+    figure = figures.figure_evictions(rows)
+    assert isinstance(figure, Figure)
+    for ax, slots in zip((a for a in figure.axes if a.get_ylabel()), (4, 8, 16, 32), strict=True):
+        (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+        assert [p.get_width() for p in bars.patches] == [100 * slots + 2] * 12  # seeds 1..3
+        (whiskers,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        segments = whiskers.lines[2][0].get_segments()
+        assert [(s[0][0], s[1][0]) for s in segments] == [(100 * slots + 1, 100 * slots + 3)] * 12
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "checkpoint:capacity",
+        "kv:lru",
+        "min–max over seeds",
+    ]
+
+
+def test_bar_figures_leave_out_what_does_not_fit_and_say_so(tmp_path: Path) -> None:
+    docs = []
+    for kv in range(200):
+        doc = result_doc("turns", "lru", 8, 0, 0.3)
+        doc["sweep"]["cache.kv_blocks"] = kv
+        docs.append(doc)
+    rows = load_results(write_results(tmp_path, docs) / "results")
+    for maker in (figures.figure_evictions, figures.figure_flops_ttft):
+        figure = maker(rows)
+        assert isinstance(figure, Figure)
+        width, height = figure.get_size_inches() * figure.dpi
+        assert width <= 1800 and height <= 1500  # 96 rows: 3 blocks tall, 2 abreast
+        shown = figures.MAX_FACETS * figures.MAX_ROWS
+        assert f"first {shown} of 200 configurations" in figure.get_suptitle()
+        labels = [t.get_text() for ax in figure.axes for t in ax.get_yticklabels()]
+        assert len([label for label in labels if label]) == shown
+        assert [ax.get_ylabel() for ax in figure.axes if ax.get_ylabel()][:2] == [
+            "part 1 of 13",
+            "part 2 of 13",
+        ]
+
+
+@pytest.mark.parametrize("maker", [figures.figure_evictions, figures.figure_flops_ttft])
+def test_bar_figure_legends_sit_outside_the_panels(
+    tmp_path: Path, maker: figures.FigureMaker
+) -> None:
+    rows = load_results(write_results(tmp_path, grid_docs()) / "results")
+    figure = maker(rows)
+    assert isinstance(figure, Figure)
+    assert all(ax.get_legend() is None for ax in figure.axes)
+    (legend,) = figure.legends
+    figure.canvas.draw()
+    box = legend.get_window_extent()
+    for ax in figure.axes:
+        assert not box.overlaps(ax.get_window_extent()), ax.get_title()
+
+
+def test_hit_rate_axes_fit_the_data(tmp_path: Path) -> None:
+    rows = load_results(write_results(tmp_path, grid_docs()) / "results")
+    figure = figures.figure_hit_rate_vs_pool(rows)
+    assert isinstance(figure, Figure)
+    token, request = figure.axes
+    for ax, column in ((token, "token_hit_rate"), (request, "request_hit_rate")):
+        top = max(row.total(column) or 0.0 for row in rows)
+        assert top < 0.2
+        bottom, limit = ax.get_ylim()
+        assert bottom == 0.0
+        assert top < limit <= 1.2 * top  # a little head room, not 0..1
+        assert limit == pytest.approx(top * (1 + figures.HEADROOM))
+
+
+def test_over_time_draws_a_mean_per_configuration_over_pale_seed_lines(tmp_path: Path) -> None:
+    docs = [
+        result_doc(
+            "turns", eviction, 8, seed, hit=0.1 * (seed + 1) + (0.3 if eviction == "lru" else 0)
+        )
+        for eviction in ("lru", "fifo")
+        for seed in (0, 1, 2)
+    ]
+    rows = load_results(write_results(tmp_path, docs) / "results")
+    figure = figures.figure_over_time(rows)
+    assert isinstance(figure, Figure)
+    top = figure.axes[0]
+    lines = top.get_lines()
+    assert all(line.get_alpha() in (None, 1.0) for line in lines)  # nothing blends
+    means = {str(line.get_label()): line for line in lines if not line.get_label().startswith("_")}
+    assert sorted(means) == ["turns × fifo", "turns × lru"]
+    # the mean over seeds 0.1, 0.2, 0.3 (+ 0.3 for lru) of hit rates that rise 0, h/2, h
+    assert list(means["turns × fifo"].get_ydata()) == pytest.approx([0.0, 0.1, 0.2])
+    assert list(means["turns × lru"].get_ydata()) == pytest.approx([0.0, 0.25, 0.5])
+    seeds = [line for line in lines if line.get_label().startswith("_")]
+    assert len(seeds) == 6
+    for mean in means.values():
+        pale = figures.tint(str(mean.get_color()))
+        mine = [line for line in seeds if to_hex(line.get_color()) == pale]
+        assert len(mine) == 3
+        assert all(line.get_linewidth() < mean.get_linewidth() for line in mine)
+        assert all(line.get_zorder() < mean.get_zorder() for line in mine)
+    assert "thick: mean over seeds; thin: each seed" in top.get_title()
+
+
+def test_over_time_names_lines_that_coincide(tmp_path: Path) -> None:
+    docs = [result_doc("turns", eviction, 8, 0, 0.3) for eviction in ("lru", "fifo")]
+    rows = load_results(write_results(tmp_path, docs) / "results")
+    figure = figures.figure_over_time(rows)
+    assert isinstance(figure, Figure)
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "turns × fifo",
+        "turns × lru (= eviction=fifo)",
+    ]
+
+
+def test_figures_mark_runs_that_do_not_fit_one_gpu(tmp_path: Path) -> None:
+    docs = sweep_docs()
+    for doc in docs:
+        if doc["pools"]["checkpoint_slots"] == 16:
+            doc["pools"]["memory"].update(kv_pool_bytes=60 * 2**30, overcommit_bytes=20 * 2**30)
+    rows = load_results(write_results(tmp_path, docs) / "results")
+    for maker in (figures.figure_evictions, figures.figure_flops_ttft):
+        figure = maker(rows)
+        assert isinstance(figure, Figure)
+        labels = [t.get_text() for ax in figure.axes for t in ax.get_yticklabels()]
+        assert [label for label in labels if label] == [
+            "eviction=lru, checkpoint_slots=4",
+            "eviction=lru, checkpoint_slots=16 †",
+            "eviction=fifo, checkpoint_slots=4",
+            "eviction=fifo, checkpoint_slots=16 †",
+        ]
+        assert figure.get_supxlabel().startswith("† memory plan does not fit one GPU")
+    for maker in (figures.figure_hit_rate_vs_pool, figures.figure_over_time):
+        figure = maker(rows)
+        assert isinstance(figure, Figure)
+        (legend,) = figure.legends
+        assert all(t.get_text().endswith(" †") for t in legend.get_texts())
+        assert figure.get_supxlabel().startswith("† memory plan does not fit one GPU")
+    fits = load_results(write_results(tmp_path / "fits", sweep_docs()) / "results")
+    for maker in (figures.figure_evictions, figures.figure_hit_rate_vs_pool):
+        figure = maker(fits)
+        assert isinstance(figure, Figure)
+        assert not figure.get_supxlabel()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.engine.config import MEMORY_PARTS
-from sim.report.data import ReportError, Row, load_results
+from sim.report.data import OVERCOMMIT_MARK, ReportError, Row, axis_name, load_results
 
 #: Where a report folder keeps its result files.
 RESULTS_DIR = "results"
@@ -46,32 +46,96 @@ def _cell(value: object) -> str:
     return str(value).replace("|", "\\|")
 
 
+GIB = 2**30
+#: Swept axes the table shows in columns of their own already (policy, pool, seed).
+SHOWN_AXES = frozenset(
+    {"placement.policy", "eviction.policy", "cache.checkpoint_slots", "scenario.seed"}
+)
+#: Header of the memory-plan column.
+MEMORY_COLUMN = "memory GiB (weights / live / pool / KV)"
+
 #: What the less obvious columns mean, printed under the table.
 TABLE_NOTES = (
     "Hit rates are over admitted requests' first admissions; FLOPs saved counts each "
     "request's first issued restore (restores after a preemption are `resume_flops_saved` "
-    "in the JSON). GPU memory: weights, live recurrent state, checkpoint pool and KV pool "
-    "as a share of 90% of one GPU's memory (bold: more than fits).",
+    "in the JSON). Pool: the checkpoint pool, in slots and GiB. "
+    f"{MEMORY_COLUMN}: the run's GPU memory plan (`pools.memory`) — model weights, live "
+    "recurrent state (`max_num_seqs` sequences), checkpoint pool, KV pool. Unless "
+    "`kv_blocks` is set, the KV pool takes what the others leave of the usable memory (GPU "
+    "memory line above), so the four add up to it. **Bold**, with the total as a share of "
+    "the usable memory: the plan does not fit one GPU.",
 )
+
+
+def _gib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / GIB:.2f}"
+
+
+def _axis_value(key: str, value: object) -> str:
+    """A swept value as the table shows it: byte sizes in GiB."""
+    if key.endswith("_bytes") and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value / GIB:.4g} GiB"
+    return str(value)
+
+
+def _numeric(rows: Sequence[Row], key: str) -> bool:
+    """Whether every value of sweep axis ``key`` is a number (its column aligns right)."""
+    return all(
+        isinstance(v, int | float) and not isinstance(v, bool)
+        for row in rows
+        if (v := row.sweep.get(key)) is not None
+    )
+
+
+def table_axes(rows: Sequence[Row]) -> dict[str, str]:
+    """Swept axis → its column header, for every swept axis the table has no other
+    column for (the policies, the pool size in slots and the seed have theirs)."""
+    keys = list(dict.fromkeys(k for row in rows for k in row.sweep if k not in SHOWN_AXES))
+    names = [axis_name(key) for key in keys]
+    return {
+        key: name if names.count(name) == 1 else key for key, name in zip(keys, names, strict=True)
+    }
 
 
 def table(rows: Sequence[Row]) -> list[str]:
     """The summary's results table, one line per result."""
+    axes = table_axes(rows)
+    headers = [
+        "file",
+        "policy (placement × eviction)",
+        *axes.values(),
+        "pool (slots)",
+        "pool (GiB)",
+        "seed",
+        "admitted / arrived",
+        "token hit rate",
+        "request hit rate",
+        "recomputed tokens",
+        "FLOPs saved",
+        "preemptions",
+        "TTFT p50 (s)",
+        "TTFT p99 (s)",
+        MEMORY_COLUMN,
+        "lockstep ok",
+    ]
+    text = {"file", "policy (placement × eviction)", "lockstep ok", MEMORY_COLUMN}
+    text |= {name for key, name in axes.items() if not _numeric(rows, key)}
     lines = [
-        "| file | policy (placement × eviction) | pool (slots) | seed | admitted / arrived "
-        "| token hit rate | request hit rate | recomputed tokens | FLOPs saved "
-        "| preemptions | TTFT p50 (s) | TTFT p99 (s) | GPU memory | lockstep ok |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" if h in text else "---:" for h in headers) + "|",
     ]
     for row in rows:
         recomputed = row.total("recomputed_tokens")
         admitted, arrived = row.total("requests", "admitted"), row.total("requests", "arrived")
         preemptions = row.total("preemptions")
         ok = row.lockstep_ok
+        sweep = row.sweep
         cells = [
             row.file,
             row.policy,
+            *(_axis_value(key, sweep[key]) if key in sweep else "n/a" for key in axes),
             row.pool_slots if row.pool_slots is not None else "n/a",
+            _gib(row.pool_bytes),
             row.seed,
             "n/a" if admitted is None or arrived is None else f"{admitted:.0f} / {arrived:.0f}",
             _fmt(row.total("token_hit_rate"), ".4f"),
@@ -81,27 +145,41 @@ def table(rows: Sequence[Row]) -> list[str]:
             "n/a" if preemptions is None else str(int(preemptions)),
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
-            _memory_cell(row),
+            memory_cell(row),
             "n/a" if ok is None else ("yes" if ok else "**NO**"),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
 
-def _memory_plan(row: Row) -> dict[str, float] | None:
-    pools = row.data.get("pools")
-    plan = pools.get("memory") if isinstance(pools, dict) else None
-    return plan if isinstance(plan, dict) and plan.get("usable_bytes") else None
-
-
-def _memory_cell(row: Row) -> str:
-    """Weights, live state, checkpoint and KV pools as a share of one GPU's usable memory."""
-    plan = _memory_plan(row)
-    if plan is None:
+def memory_cell(row: Row) -> str:
+    """The run's memory plan in GiB — weights / live state / checkpoint pool / KV pool —
+    bold, with the total as a share of the usable memory, when it does not fit."""
+    plan, used = row.memory, row.used_bytes
+    if plan is None or used is None:
         return "n/a"
-    used = sum(plan.get(part, 0) for part in MEMORY_PARTS)
-    share = f"{used / plan['usable_bytes']:.0%}"
-    return f"**{share}**" if plan.get("overcommit_bytes") else share
+    text = " / ".join(_gib(plan.get(part)) for part in MEMORY_PARTS)
+    if not row.overcommitted:
+        return text
+    return f"**{text} ({used / plan['usable_bytes']:.0%})**"
+
+
+def _usable(rows: Sequence[Row]) -> list[str]:
+    """The GPUs' usable memory, one line per kind of GPU in the results."""
+    seen: list[str] = []
+    for row in rows:
+        plan = row.memory
+        if plan is None or "gpu_bytes" not in plan:
+            continue
+        usable, total = plan["usable_bytes"], plan["gpu_bytes"]
+        gpu = f"one {row.gpu}" if row.gpu else "one GPU"
+        text = (
+            f"{usable / GIB:.1f} GiB usable ({usable / total:.0%} of {gpu}'s "
+            f"{total / GIB:.1f} GiB)"
+        )
+        if text not in seen:
+            seen.append(text)
+    return seen
 
 
 def _versions(rows: Sequence[Row]) -> list[str]:
@@ -153,12 +231,13 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     bad = [row.file for row in rows if row.lockstep_ok is False]
     if bad:
         lines.append(f"- **lockstep violations** in: {', '.join(bad)}")
-    overcommitted = [row.file for row in rows if (_memory_plan(row) or {}).get("overcommit_bytes")]
+    lines += [f"- GPU memory: {text}" for text in _usable(rows)]
+    overcommitted = [row.file for row in rows if row.overcommitted]
     if overcommitted:
         lines.append(
             "- **does not fit one GPU** (weights, live state, checkpoint and KV pools exceed "
-            "90% of the preset's memory; read as a what-if or a model split over GPUs): "
-            + ", ".join(overcommitted)
+            "90% of the preset's memory; read as a what-if or a model split over GPUs; "
+            f"marked {OVERCOMMIT_MARK} in the figures): " + ", ".join(overcommitted)
         )
     lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, "", "## Figures", ""]
     for stem, (title, _) in FIGURES.items():

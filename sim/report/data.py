@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reference.errors import HyckptError
+from sim.engine.config import MEMORY_PARTS
 
 #: Sweep axes a hit-rate-vs-pool line runs along or averages over (or names already).
 CURVE_AXES = frozenset(
@@ -32,6 +33,8 @@ def axis_name(key: str) -> str:
 
 #: Axis fields that several tables share.
 AMBIGUOUS_FIELDS = frozenset({"policy", "params"})
+#: The sweep axis of the seed (runs that differ only in it are one configuration).
+SEED_AXIS = "scenario.seed"
 
 
 class ReportError(HyckptError):
@@ -111,6 +114,33 @@ class Row:
         return _number(self._get("pools", "checkpoint_pool_bytes"))
 
     @property
+    def gpu(self) -> str | None:
+        """The GPU preset the run was planned for (``config.gpu``)."""
+        gpu = self._get("config", "gpu")
+        return gpu if isinstance(gpu, str) else None
+
+    @property
+    def memory(self) -> dict[str, float] | None:
+        """The run's GPU memory plan (``pools.memory``: ``SimConfig.memory_plan()``, bytes),
+        or ``None`` when the result has none."""
+        plan = self._get("pools", "memory")
+        if not isinstance(plan, dict) or not _number(plan.get("usable_bytes")):
+            return None
+        numbers = {str(key): _number(value) for key, value in plan.items()}
+        return {key: value for key, value in numbers.items() if value is not None}
+
+    @property
+    def used_bytes(self) -> float | None:
+        """Weights, live recurrent state, checkpoint pool and KV pool together, bytes."""
+        plan = self.memory
+        return None if plan is None else sum(plan.get(part, 0.0) for part in MEMORY_PARTS)
+
+    @property
+    def overcommitted(self) -> bool:
+        """Whether the memory plan does not fit one GPU (positive ``overcommit_bytes``)."""
+        return bool((self.memory or {}).get("overcommit_bytes"))
+
+    @property
     def seed(self) -> object:
         return self.data.get("seed")
 
@@ -141,6 +171,78 @@ class Row:
         if shown:
             return ", ".join(f"{axis_name(k)}={v}" for k, v in shown.items())
         return f"{self.policy}, slots={self.pool_slots}, seed={self.seed}"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """The runs of one configuration: every setting the same but the seed.
+
+    Attributes:
+        label: short name (the swept axes that vary, but the seed; ``†`` appended when a
+            run's memory plan does not fit one GPU).
+        values: swept axis → value, of the axes that vary (but the seed), in sweep order.
+        rows: its runs, in file order.
+    """
+
+    label: str
+    values: dict[str, str]
+    rows: tuple[Row, ...]
+
+    @property
+    def overcommitted(self) -> bool:
+        return any(row.overcommitted for row in self.rows)
+
+    def name(self, hidden: Collection[str] = ()) -> str:
+        """``label`` without the axes of ``hidden`` (those a facet's title names)."""
+        shown = [f"{axis_name(k)}={v}" for k, v in self.values.items() if k not in hidden]
+        if not hidden or not shown:
+            return self.label
+        return ", ".join(shown) + (" †" if self.overcommitted else "")
+
+
+#: Marks a configuration, line or run whose memory plan does not fit one GPU.
+OVERCOMMIT_MARK = "†"
+
+
+def _configuration_key(row: Row) -> str:
+    if row.sweep:
+        chosen = {k: v for k, v in row.sweep.items() if k != SEED_AXIS}
+        return "sweep " + json.dumps(chosen, sort_keys=True, default=str)
+    config = row.data.get("config")
+    chosen = {k: v for k, v in config.items() if k != "seed"} if isinstance(config, dict) else {}
+    return f"config {row.scenario} " + json.dumps(chosen, sort_keys=True, default=str)
+
+
+def configurations(rows: Sequence[Row]) -> list[Configuration]:
+    """``rows`` grouped into :class:`Configuration` s (runs alike but for the seed), in the
+    order of their first file. Runs with ``sweep`` fields are alike when their axis values
+    (but the seed) are; runs without, when their ``config`` (but the seed) is."""
+    varying = varying_axes(rows) - {SEED_AXIS}
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(_configuration_key(row), []).append(row)
+    found: list[tuple[str, dict[str, str], tuple[Row, ...]]] = []
+    for members in groups.values():
+        first = members[0]
+        values = {k: str(v) for k, v in first.sweep.items() if k in varying}
+        if values:
+            label = ", ".join(f"{axis_name(k)}={v}" for k, v in values.items())
+        elif first.sweep:
+            label = first.policy
+        else:
+            label = f"{first.policy}, slots={first.pool_slots}"
+        found.append((label, values, tuple(members)))
+    counts: dict[str, int] = {}
+    for label, _, _ in found:
+        counts[label] = counts.get(label, 0) + 1
+    result = []
+    for label, values, runs in found:
+        if counts[label] > 1:  # alike in every axis shown: name the first file too
+            label = f"{label} [{runs[0].file}]"
+        if any(row.overcommitted for row in runs):
+            label += f" {OVERCOMMIT_MARK}"
+        result.append(Configuration(label, values, runs))
+    return result
 
 
 def varying_axes(rows: Sequence[Row]) -> set[str]:

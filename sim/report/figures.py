@@ -12,11 +12,21 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import matplotlib
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
-from sim.report.data import CURVE_AXES, Row, varying_axes
+from sim.report.data import (
+    CURVE_AXES,
+    OVERCOMMIT_MARK,
+    Configuration,
+    Row,
+    axis_name,
+    configurations,
+    varying_axes,
+)
 
 GIB = 2**30
 #: Resolution of every figure (fixed, so the PNG bytes are too).
@@ -25,6 +35,19 @@ DPI = 100
 MAX_LEGEND = 36
 #: About this many markers along each line of the over-time figure.
 MARKS = 8
+#: Bar figures: at most this many rows (configurations) in one block, ...
+MAX_ROWS = 16
+#: ... at most this many blocks (the rest are left out, and the title says so), ...
+MAX_FACETS = 6
+#: ... this many blocks abreast, ...
+FACET_COLUMNS = 2
+#: ... each row this tall and each panel this wide (inches).
+ROW_HEIGHT = 0.22
+PANEL_WIDTH = 2.4
+#: Bar figures are at least this wide (inches), room for the title and the legend.
+MIN_WIDTH = 8.0
+#: A panel with nothing to draw is this share of :data:`PANEL_WIDTH` wide.
+EMPTY_WIDTH = 0.6
 
 FigureMaker = Callable[[Sequence[Row]], "Figure | str"]
 
@@ -149,10 +172,38 @@ def _legend(figure: Figure, ax: Axes, fontsize: str) -> None:
     )
 
 
+#: How pale the over-time figure's seed lines are (share of white mixed in).
+TINT = 0.55
+#: Head room above the highest point of a rate axis (a share of that point).
+HEADROOM = 0.1
+#: The note under a figure that marks runs whose memory plan does not fit one GPU.
+OVERCOMMIT_NOTE = f"{OVERCOMMIT_MARK} memory plan does not fit one GPU (summary.md: bold memory)"
+
+
+def _curve_label(name: str, members: Sequence[Row]) -> str:
+    """A line's legend entry: its name, marked when one of its runs does not fit one GPU."""
+    return f"{name} {OVERCOMMIT_MARK}" if any(r.overcommitted for r in members) else name
+
+
+def _note_overcommit(figure: Figure, rows: Sequence[Row], extra: str = "") -> None:
+    """Say under ``figure`` what :data:`OVERCOMMIT_MARK` means, when a run carries it."""
+    if any(row.overcommitted for row in rows):
+        figure.supxlabel(OVERCOMMIT_NOTE + extra, fontsize="small")
+
+
+def rate_limit(values: Sequence[float]) -> float:
+    """Top of a rate axis that starts at 0: the highest value plus :data:`HEADROOM`, 1 when
+    nothing is above 0."""
+    top = max(values, default=0.0)
+    return top * (1 + HEADROOM) if top > 0 else 1.0
+
+
 def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
     """Token and request hit rate against checkpoint slots, one line per policy
     (placement × eviction; and per value of any other sweep axis), averaged over seeds
-    (every run a dot); each line its own colour, dash and marker (:func:`line_styles`)."""
+    (every run a dot); each line its own colour, dash and marker (:func:`line_styles`).
+    Each rate axis runs from 0 to a little above its highest value; a run whose memory
+    plan does not fit one GPU has a black ring round its dot, its line a ``†``."""
     sizes = {row.pool_slots for row in rows if row.pool_slots is not None}
     if len(sizes) < 2:
         only = ", ".join(str(s) for s in sorted(sizes)) or "none"
@@ -165,42 +216,79 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
         (axes[0], "token_hit_rate", "token hit rate"),
         (axes[1], "request_hit_rate", "request hit rate"),
     ):
-        by_policy: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        by_policy: dict[str, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))
         for row in rows:
-            value = row.total(column)
-            if row.pool_slots is not None and value is not None:
-                by_policy[row.curve(varying)][row.pool_slots].append(value)
+            if row.pool_slots is not None and row.total(column) is not None:
+                by_policy[row.curve(varying)][row.pool_slots].append(row)
+        drawn: list[float] = []
         for policy in sorted(by_policy):
             points = by_policy[policy]
             xs = sorted(points)
             style = styles[policy]
+            values = {x: [r.total(column) or 0.0 for r in points[x]] for x in xs}
             ax.plot(
                 xs,
-                [_mean(points[x]) for x in xs],
+                [_mean(values[x]) for x in xs],
                 color=style.colour,
                 linestyle=style.linestyle,
                 marker=style.marker,
-                label=policy,
+                label=_curve_label(policy, [r for x in xs for r in points[x]]),
             )
             for x in xs:
-                ax.scatter([x] * len(points[x]), points[x], s=8, color=style.colour)
+                ax.scatter([x] * len(values[x]), values[x], s=8, color=style.colour)
+                drawn += values[x]
+                over = [v for r, v in zip(points[x], values[x], strict=True) if r.overcommitted]
+                if over:
+                    ax.scatter([x] * len(over), over, s=60, facecolors="none", edgecolors="black")
         ax.set_ylabel(title)
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(0.0, rate_limit(drawn))
         ax.grid(True, alpha=0.3)
-    axes[0].set_title("hit rate vs checkpoint pool size (line: mean over seeds)")
+    axes[0].set_title("hit rate vs checkpoint pool size (line: mean over seeds; dots: runs)")
     axes[1].set_xlabel("checkpoint slots")
     axes[1].set_xscale("log", base=2)
     _legend(figure, axes[0], "small")
+    _note_overcommit(figure, rows, "; ringed dots: those runs")
     return figure
+
+
+def _mean_series(runs: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The mean of several runs' ``(t, y)`` lines, each linearly interpolated at every
+    sample time of any of them, from the latest start to the earliest end (no run is
+    extrapolated)."""
+    start = max(points[0][0] for points in runs)
+    end = min(points[-1][0] for points in runs)
+    grid = sorted({t for points in runs for t, _ in points if start <= t <= end})
+    curves = [np.interp(grid, [t for t, _ in points], [y for _, y in points]) for points in runs]
+    mean = np.mean(curves, axis=0) if grid else []
+    return [(t, float(y)) for t, y in zip(grid, mean, strict=True)]
+
+
+def tint(colour: str, white: float = TINT) -> str:
+    """``colour`` mixed with ``white`` parts of white (opaque, unlike a transparent line)."""
+    red, green, blue = to_rgb(colour)
+    return to_hex((red + (1 - red) * white, green + (1 - green) * white, blue + (1 - blue) * white))
+
+
+def _points(row: Row, column: str, scale: float) -> list[tuple[float, float]]:
+    """``(t, value * scale)`` of one time series of ``row``, where both are numbers."""
+    return [
+        (x, y * scale)
+        for x, y in zip(row.series("t_s"), row.series(column), strict=False)
+        if x is not None and y is not None
+    ]
 
 
 def figure_over_time(rows: Sequence[Row]) -> Figure | str:
     """Cumulative token hit rate and checkpoint bytes in use over simulated time.
 
-    One style (colour, dash and marker: :func:`line_styles`) per policy (placement ×
-    eviction, and any other swept axis but the pool size and the seed), every seed a line
-    in that style; when the pool size was swept, only the runs at the largest pool are
-    drawn (the title says which), so the lines stay readable."""
+    One line per configuration (placement × eviction, and any other swept axis but the
+    pool size and the seed) in its own style (colour, dash and marker: :func:`line_styles`):
+    the mean over its seeds (drawn while every seed's run lasts), each seed a thin, pale,
+    opaque line of the same colour behind it. A configuration whose runs are those of one
+    drawn before it (the two lines coincide) says so in the legend: ``(= eviction=lru)``,
+    the settings in which that one differs.
+    When the pool size was swept, only the runs at the largest pool are drawn (the title
+    says which), so the lines stay readable."""
     drawn = [row for row in rows if len(row.series("t_s")) >= 2]
     if not drawn:
         return "no result has two or more time-series samples"
@@ -215,42 +303,57 @@ def figure_over_time(rows: Sequence[Row]) -> Figure | str:
     groups: dict[str, list[Row]] = defaultdict(list)
     for row in drawn:
         groups[row.curve(varying)].append(row)
+    seeds = max(len(members) for members in groups.values())
+    if seeds > 1:
+        title += "\nthick: mean over seeds; thin: each seed"
+    columns = (("token_hit_rate", 1.0), ("checkpoint_bytes_in_use", 1 / GIB))
     figure = _figure(2, width=10.0)
     axes = figure.subplots(2, 1, sharex=True)
+    seen: dict[str, str] = {}  # the runs' lines → the first configuration drawn with them
     for index, (name, members) in enumerate(sorted(groups.items())):
         style = styles[name]
-        for member_index, row in enumerate(members):
-            t = row.series("t_s")
-            step = max(1, len(t) // MARKS)
-            for ax, column, scale in (
-                (axes[0], "token_hit_rate", 1.0),
-                (axes[1], "checkpoint_bytes_in_use", 1 / GIB),
-            ):
-                points = [
-                    (x, y * scale)
-                    for x, y in zip(t, row.series(column), strict=False)
-                    if x is not None and y is not None
-                ]
+        lines = [[_points(row, column, scale) for row in members] for column, scale in columns]
+        same = seen.setdefault(repr(lines), name)
+        label = _curve_label(name, members)
+        if same != name:  # name the first by what tells it apart
+            mine, theirs = _factors(members[0], varying), _factors(groups[same][0], varying)
+            differ = [f"{axis_name(k)}={v}" for k, v in theirs.items() if mine.get(k) != v]
+            label += f" (= {', '.join(differ) or same})"
+        for ax, runs in zip(axes, lines, strict=True):
+            runs = [points for points in runs if len(points) >= 2]
+            for points in runs if len(runs) > 1 else []:
                 ax.plot(
                     [p[0] for p in points],
                     [p[1] for p in points],
-                    color=style.colour,
-                    linestyle=style.linestyle,
-                    marker=style.marker,
-                    # staggered, so that lines drawn over one another still show
-                    markevery=(index % step, step),
-                    markersize=4,
-                    linewidth=1.2,
-                    alpha=0.8,
-                    label=name if member_index == 0 else None,
+                    # opaque and pale: seeds drawn over one another never blend
+                    color=tint(style.colour),
+                    linewidth=0.7,
+                    zorder=1.5,
                 )
+            mean = _mean_series(runs) if runs else []
+            step = max(1, len(mean) // MARKS)
+            ax.plot(
+                [p[0] for p in mean],
+                [p[1] for p in mean],
+                color=style.colour,
+                linestyle=style.linestyle,
+                marker=style.marker,
+                # staggered, so that lines drawn over one another still show
+                markevery=(index % step, step),
+                markersize=5,
+                linewidth=1.8,
+                zorder=2.5,
+                label=label if ax is axes[0] else None,
+            )
     axes[0].set_ylabel("token hit rate (cumulative)")
     axes[0].set_title(title)
     axes[1].set_ylabel("checkpoint memory (GiB)")
     axes[1].set_xlabel("simulated time (s)")
     for ax in axes:
+        ax.set_ylim(bottom=0.0)
         ax.grid(True, alpha=0.3)
     _legend(figure, axes[0], "x-small")
+    _note_overcommit(figure, drawn)
     return figure
 
 
@@ -259,78 +362,294 @@ def _eviction_kind(reason: str) -> str:
     return reason.partition(":")[0]
 
 
+class Facet(NamedTuple):
+    """One block of rows of a bar figure: its title (``""`` when the figure has one
+    block), its configurations, and the axes its title names (left out of row labels)."""
+
+    title: str
+    configurations: list[Configuration]
+    hidden: frozenset[str]
+
+
+def facets(configs: Sequence[Configuration]) -> tuple[list[Facet], int]:
+    """Split ``configs`` into blocks of at most :data:`MAX_ROWS` rows, at most
+    :data:`MAX_FACETS` of them; also return how many configurations did not fit.
+
+    Up to :data:`MAX_ROWS` configurations make one block. Else the first swept axis (in
+    sweep order) whose values split them into at most :data:`MAX_FACETS` blocks of at most
+    :data:`MAX_ROWS` names the blocks (``checkpoint_slots=4``, ...); when no axis does,
+    the configurations are cut, in order, into blocks of :data:`MAX_ROWS` (``part 2 of 3``)
+    and those past :data:`MAX_FACETS` blocks are left out."""
+    configs = list(configs)
+    if len(configs) <= MAX_ROWS:
+        return [Facet("", configs, frozenset())], 0
+    axes = list(dict.fromkeys(key for c in configs for key in c.values))
+    for axis in axes:
+        groups: dict[str, list[Configuration]] = {}
+        for config in configs:
+            groups.setdefault(config.values.get(axis, "n/a"), []).append(config)
+        if len(groups) <= MAX_FACETS and all(len(g) <= MAX_ROWS for g in groups.values()):
+            return [
+                Facet(f"{axis_name(axis)}={value}", group, frozenset({axis}))
+                for value, group in groups.items()
+            ], 0
+    parts = [configs[i : i + MAX_ROWS] for i in range(0, len(configs), MAX_ROWS)]
+    kept = parts[:MAX_FACETS]
+    return [
+        Facet(f"part {i + 1} of {len(parts)}", part, frozenset()) for i, part in enumerate(kept)
+    ], len(configs) - sum(len(part) for part in kept)
+
+
+class Panel(NamedTuple):
+    """One column of a bar figure: its x label, its title, and what draws its bars
+    (``draw(ax, configurations)``; bars at ``0, 1, ...`` top down)."""
+
+    xlabel: str
+    title: str
+    draw: Callable[[Axes, Sequence[Configuration]], None]
+    #: Nothing to draw (the title says so): a narrower panel.
+    empty: bool = False
+
+
+def _bar_figure(rows: Sequence[Row], panels: Sequence[Panel], title: str) -> Figure:
+    """A figure of horizontal bars, one row per configuration (the seeds of one setting
+    together), a column per panel; more configurations than :data:`MAX_ROWS` are split
+    into blocks (:func:`facets`), laid out :data:`FACET_COLUMNS` abreast, each block's
+    title left of it. A panel's x axis is the same in every block. The legend sits right
+    of the panels."""
+    blocks, left_out = facets(configurations(rows))
+    columns = min(FACET_COLUMNS, len(blocks))
+    lines = [blocks[i : i + columns] for i in range(0, len(blocks), columns)]
+    heights = [max(len(b.configurations) for b in line) for line in lines]
+    labels = [c.name(b.hidden) for b in blocks for c in b.configurations]
+    label_width = 0.3 + 0.05 * max(len(label) for label in labels)
+    widths = [EMPTY_WIDTH if panel.empty else 1.0 for panel in panels]
+    figure = _figure(
+        1,
+        height=ROW_HEIGHT * sum(heights) + 1.0 * len(lines) + 0.6,
+        width=max(MIN_WIDTH, columns * (label_width + PANEL_WIDTH * sum(widths)) + 1.8),
+    )
+    grid = figure.subplots(
+        len(lines),
+        columns * len(panels),
+        squeeze=False,
+        gridspec_kw={
+            "height_ratios": heights,
+            "width_ratios": widths * columns,
+        },
+    )
+    by_panel: list[list[Axes]] = [[] for _ in panels]
+    for line_index, line in enumerate(lines):
+        for block_index in range(columns):
+            cells = grid[line_index][block_index * len(panels) : (block_index + 1) * len(panels)]
+            if block_index >= len(line):
+                for ax in cells:
+                    ax.remove()
+                continue
+            block = line[block_index]
+            positions = list(range(len(block.configurations)))
+            for panel_index, (ax, panel) in enumerate(zip(cells, panels, strict=True)):
+                panel.draw(ax, block.configurations)
+                names = [c.name(block.hidden) for c in block.configurations]
+                ax.set_yticks(positions, names if panel_index == 0 else [], fontsize="x-small")
+                ax.set_ylim(heights[line_index] - 0.5, -0.5)  # top down, rows alike in size
+                ax.set_xlabel(panel.xlabel)
+                if line_index == 0:
+                    ax.set_title(panel.title, fontsize="small" if panel.empty else "medium")
+                ax.grid(True, axis="x", alpha=0.3)
+                by_panel[panel_index].append(ax)
+            if block.title:
+                cells[0].set_ylabel(block.title, fontweight="bold")
+    for axes in by_panel:  # one scale per panel, whatever the block
+        left = min(ax.get_xlim()[0] for ax in axes) if axes[0].get_xscale() == "log" else 0.0
+        right = max(ax.get_xlim()[1] for ax in axes)
+        for ax in axes:
+            if ax.get_xticks().size:
+                ax.set_xlim(left, right)
+    if left_out:
+        title += f"\nfirst {len(labels)} of {len(labels) + left_out} configurations"
+    figure.suptitle(title)
+    handles: dict[str, Any] = {}
+    for axes in by_panel:
+        found, names = axes[0].get_legend_handles_labels()
+        for handle, name in zip(found, names, strict=True):
+            handles.setdefault(name, handle)
+    if SPREAD_LABEL in handles:  # the whiskers last
+        handles[SPREAD_LABEL] = handles.pop(SPREAD_LABEL)
+    if handles:
+        figure.legend(
+            list(handles.values()), list(handles), loc="outside right upper", fontsize="small"
+        )
+    _note_overcommit(figure, rows)
+    return figure
+
+
+def _spread(
+    ax: Axes,
+    configs: Sequence[Configuration],
+    value: Callable[[Row], float],
+    positions: Sequence[float],
+    label: str,
+) -> None:
+    """Min–max whiskers over each configuration's runs, where there are several."""
+    lows, highs, means, shown = [], [], [], []
+    for config, position in zip(configs, positions, strict=True):
+        values = [value(row) for row in config.rows]
+        if len(values) > 1:
+            mean = _mean(values)
+            lows.append(max(0.0, mean - min(values)))  # rounding can put the mean outside
+            highs.append(max(0.0, max(values) - mean))
+            means.append(mean)
+            shown.append(position)
+    if shown:
+        ax.errorbar(
+            means,
+            shown,
+            xerr=[lows, highs],
+            fmt="none",
+            ecolor="black",
+            elinewidth=0.8,
+            capsize=2,
+            label=label,
+        )
+
+
+#: TTFTs that span more than this factor are drawn on a log scale.
+LOG_SPREAD = 20.0
+#: Legend entry of the whiskers.
+SPREAD_LABEL = "min–max over seeds"
+
+
+def _means(configs: Sequence[Configuration], value: Callable[[Row], float]) -> list[float]:
+    return [_mean([value(row) for row in config.rows]) for config in configs]
+
+
 def figure_evictions(rows: Sequence[Row]) -> Figure | str:
-    """Evictions by reason, one bar per result, in one panel per unit: checkpoint slots
+    """Evictions by reason, one bar per configuration (the mean over its seeds, black
+    whiskers from the fewest to the most), in one panel per unit: checkpoint slots
     (``checkpoint:capacity``, ``checkpoint:invalidate``, ... stacked) beside KV blocks
     (``kv:lru``), each with its own scale: a KV block holds ``block_size`` (default 16)
     tokens' keys and values, a checkpoint slot a whole snapshot of the recurrent state
     (tens of MiB), so the two counts are never added up. A panel with nothing evicted says
-    so in its title; reasons of any other kind get a panel of their own."""
+    so in its title; reasons of any other kind get a panel of their own. Many
+    configurations are split into blocks (:func:`facets`)."""
     reasons = sorted({reason for row in rows for reason, n in row.evictions.items() if n})
     if not reasons:
         return "no result evicted anything"
     kinds = list(EVICTION_UNITS)
     kinds += sorted({_eviction_kind(r) for r in reasons} - set(kinds))
-    figure = _figure(1, height=max(3.0, 0.3 * len(rows) + 1.5), width=4.5 + 3.0 * len(kinds))
-    panels = figure.subplots(1, len(kinds), sharey=True, squeeze=False)[0]
-    positions = list(range(len(rows)))
-    varying = varying_axes(rows)
-    panels[0].set_yticks(positions, [row.label(varying) for row in rows], fontsize="x-small")
-    panels[0].invert_yaxis()
-    for ax, kind in zip(panels, kinds, strict=True):
+    panels = []
+    for kind in kinds:
         unit = EVICTION_UNITS.get(kind, f"{kind} evictions")
-        ax.set_xlabel(unit)
-        ax.grid(True, axis="x", alpha=0.3)
         shown = [r for r in reasons if _eviction_kind(r) == kind]
-        if shown:
-            _stack(ax, rows, shown, reasons)
-        else:
+        title = unit if shown else f"{unit}: none"
+        panels.append(Panel(unit, title, _stacker(shown, reasons), empty=not shown))
+    return _bar_figure(
+        rows, panels, "evictions by reason, mean over seeds\n(each panel its own unit and scale)"
+    )
+
+
+def _stacker(
+    reasons: Sequence[str], every: list[str]
+) -> Callable[[Axes, Sequence[Configuration]], None]:
+    """Draws one horizontal bar per configuration, ``reasons`` stacked (each the colour of
+    its place in ``every``; the mean over the configuration's runs), whiskers on the
+    total; no ticks when there are no reasons."""
+
+    def draw(ax: Axes, configs: Sequence[Configuration]) -> None:
+        if not reasons:
             ax.set_xticks([])
-        # the unit on top too (the figure can be tall), and a note if nothing was evicted
-        ax.set_title(unit if shown else f"{unit}: none", fontsize="medium")
-    figure.suptitle("evictions by reason (each panel its own unit and scale)")
-    return figure
+            return
+        positions = list(range(len(configs)))
+        left = [0.0] * len(configs)
+        for reason in reasons:
+            counts = [
+                _mean([float(row.evictions.get(reason, 0)) for row in config.rows])
+                for config in configs
+            ]
+            colour = PALETTE[every.index(reason) % len(PALETTE)]
+            ax.barh(positions, counts, left=left, label=reason, color=colour)
+            left = [a + b for a, b in zip(left, counts, strict=True)]
+        _spread(
+            ax,
+            configs,
+            lambda row: float(sum(row.evictions.get(r, 0) for r in reasons)),
+            positions,
+            SPREAD_LABEL,
+        )
+
+    return draw
 
 
-def _stack(ax: Axes, rows: Sequence[Row], reasons: Sequence[str], every: list[str]) -> None:
-    """One horizontal bar per row, ``reasons`` stacked (each reason the colour of its place
-    in ``every``)."""
-    left = [0.0] * len(rows)
-    for reason in reasons:
-        counts = [float(row.evictions.get(reason, 0)) for row in rows]
-        colour = PALETTE[every.index(reason) % len(PALETTE)]
-        ax.barh(list(range(len(rows))), counts, left=left, label=reason, color=colour)
-        left = [a + b for a, b in zip(left, counts, strict=True)]
-    ax.legend(fontsize="small")
+def _draw_flops(ax: Axes, configs: Sequence[Configuration]) -> None:
+    positions = list(range(len(configs)))
+
+    def flops(row: Row) -> float:
+        return row.total("flops_saved") or 0.0
+
+    ax.barh(positions, _means(configs, flops), color=PALETTE[2], label="FLOPs saved")
+    _spread(ax, configs, flops, positions, SPREAD_LABEL)
+
+
+def _ttft_drawer(log: bool) -> Callable[[Axes, Sequence[Configuration]], None]:
+    """Draws p50 and p99 bars side by side, on a log scale if ``log``."""
+
+    def draw(ax: Axes, configs: Sequence[Configuration]) -> None:
+        if log:
+            ax.set_xscale("log")
+        _draw_ttft(ax, configs)
+
+    return draw
+
+
+def _draw_ttft(ax: Axes, configs: Sequence[Configuration]) -> None:
+    width = 0.4
+    for offset, key, colour in (
+        (-width / 2, "p50_s", PALETTE[0]),
+        (width / 2, "p99_s", PALETTE[1]),
+    ):
+        positions = [i + offset for i in range(len(configs))]
+
+        def ttft(row: Row, key: str = key) -> float:
+            return row.total("ttft", key) or 0.0
+
+        ax.barh(positions, _means(configs, ttft), width, color=colour, label=f"TTFT {key[:3]}")
+        _spread(ax, configs, ttft, positions, SPREAD_LABEL)
+
+
+def _log_scale(rows: Sequence[Row]) -> bool:
+    """Whether the TTFTs of ``rows`` span more than :data:`LOG_SPREAD` (on a linear scale,
+    p50 would vanish beside p99)."""
+    values = [
+        value
+        for row in rows
+        for key in ("p50_s", "p99_s")
+        if (value := row.total("ttft", key)) is not None and value > 0
+    ]
+    return bool(values) and max(values) > LOG_SPREAD * min(values)
 
 
 def figure_flops_ttft(rows: Sequence[Row]) -> Figure | str:
-    """FLOPs saved by hits and modeled TTFT (p50, p99), one bar (pair) per result."""
-    flops = [row.total("flops_saved") for row in rows]
-    p50 = [row.total("ttft", "p50_s") for row in rows]
-    p99 = [row.total("ttft", "p99_s") for row in rows]
-    if all(v is None for v in flops + p50 + p99):
+    """FLOPs saved by prefix hits and modeled TTFT (p50, p99), side by side, one bar (pair)
+    per configuration: the mean over its seeds, black whiskers from the fewest to the
+    most. Many configurations are split into blocks (:func:`facets`)."""
+    numbers = [
+        row.total(*path)
+        for row in rows
+        for path in (("flops_saved",), ("ttft", "p50_s"), ("ttft", "p99_s"))
+    ]
+    if all(v is None for v in numbers):
         return "no result has FLOPs saved or TTFT numbers"
-    height = max(3.0, 0.3 * len(rows) + 1.5)
-    figure = _figure(2, height=height)
-    axes = figure.subplots(2, 1)
-    positions = list(range(len(rows)))
-    varying = varying_axes(rows)
-    labels = [row.label(varying) for row in rows]
-    axes[0].barh(positions, [v or 0.0 for v in flops])
-    axes[0].set_xlabel("FLOPs saved")
-    axes[0].set_title("FLOPs saved by prefix hits")
-    width = 0.4
-    axes[1].barh([p - width / 2 for p in positions], [v or 0.0 for v in p50], width, label="p50")
-    axes[1].barh([p + width / 2 for p in positions], [v or 0.0 for v in p99], width, label="p99")
-    axes[1].set_xlabel("modeled TTFT (s)")
-    axes[1].set_title("time to first token")
-    axes[1].legend(fontsize="small")
-    for ax in axes:
-        ax.set_yticks(positions, labels, fontsize="x-small")
-        ax.invert_yaxis()
-        ax.grid(True, axis="x", alpha=0.3)
-    return figure
+    log = _log_scale(rows)
+    panels = [
+        Panel("FLOPs saved", "FLOPs saved by prefix hits", _draw_flops),
+        Panel(
+            "modeled TTFT (s, log scale)" if log else "modeled TTFT (s)",
+            "time to first token",
+            _ttft_drawer(log),
+        ),
+    ]
+    return _bar_figure(rows, panels, "FLOPs saved and modeled TTFT, mean over seeds")
 
 
 #: File stem → (title in summary.md, maker), in report order.
