@@ -191,9 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="show the placement policies and the checkpoint index step by step",
+        help="show the placement policies, the checkpoint index and exactness step by step",
         description="Print, for a sample prompt, the positions each placement policy "
-        "captures, then play a sequence of index operations and check their results.",
+        "captures, then play a sequence of index operations and check their results, then, "
+        "on the tiny hybrid model, capture checkpoints, restore them for a request with "
+        "another successor token and check that continuing is bitwise equal to a "
+        "from-scratch prefill (exit 1 when an expected value or a restore does not match).",
     )
     demo.add_argument(
         "--config",
@@ -208,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a scenario file; write its result JSON; check its [expect] table",
         description="Run one scenario (docs/SCENARIOS.md) for one seed, write its result to "
-        "reports/<scenario>/results/<scenario>-seed<N>.json and check its expectations "
-        "(exit 1 when one fails).",
+        "reports/<scenario>/runs/results/<scenario>-seed<N>.json (or into --out DIR) and "
+        "check its expectations (exit 1 when one fails).",
     )
     scenario_command.add_run_arguments(run)
     run.set_defaults(handler=_run_scenario, command_parser=run)
@@ -250,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="run a scenario over its sweep axes x seeds; save results; build the report",
         description="Run the cross product of a scenario's sweep axes (or --axis) times "
-        "seeds on a process pool, serially or on a Dask cluster; write "
-        "OUT/<scenario>/results/*.json, figures and summary.md (docs/REPORTS.md).",
+        "seeds on a process pool, serially or on a Dask cluster; write results/*.json, "
+        "figures and summary.md into reports/<scenario>/runs/sweep/ (git-ignored), or into "
+        "OUT/<scenario>/ with --out OUT (docs/REPORTS.md).",
     )
     sweep_command.add_arguments(sweep)
     sweep.set_defaults(handler=_run_sweep, command_parser=sweep)

@@ -28,6 +28,7 @@ import torch
 
 from sim.engine.backends.base import Capture
 from sim.engine.backends.tensor import TensorBackend, capture_hook
+from sim.engine.command import progress_bar, prompt_lengths, work_warning
 from sim.engine.result import SimResult
 from sim.sweep import load_scenario_ref, scenarios
 
@@ -179,6 +180,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyckpt crosscheck``."""
     parser.add_argument("scenario", help="scenario name or TOML file (keep it small)")
     parser.add_argument("--seed", type=int, help="seed (default: the scenario's)")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bars (warnings still on stderr)"
+    )
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -188,11 +192,23 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     module = scenarios()
     scenario = load_scenario_ref(args.scenario)
 
+    seed = scenario.seed if args.seed is None else args.seed
+    lengths = prompt_lengths(scenario.workload.build(seed)[0]())
+    warning = work_warning(
+        BACKENDS[0],
+        lengths,
+        smaller="Setting workload.requests = {} in the scenario",
+        other=" per backend (crosscheck-tiny takes seconds)",
+    )
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+
     def run(backend: str) -> SimResult:
         config = dataclasses.replace(scenario.sim_config, backend=backend, impl=None)
-        result: SimResult = module.run_scenario(
-            dataclasses.replace(scenario, sim_config=config), seed=args.seed
-        )
+        with progress_bar(len(lengths), not args.quiet, f"crosscheck {backend}") as progress:
+            result: SimResult = module.run_scenario(
+                dataclasses.replace(scenario, sim_config=config), seed=seed, progress=progress
+            )
         return result
 
     result = crosscheck_runs(run)

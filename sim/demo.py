@@ -6,9 +6,13 @@ The demo reads a configuration (by default the embedded ``sim/default.toml``) an
     sample prompt, and their union (DESIGN section 2);
 (b) a sequence of index operations (reserve, publish, abort, lookup, pin, unpin) with
     their results, checked against the expected values in the configuration; the DESIGN
-    section 3 seed vectors are part of the default sequence.
+    section 3 seed vectors are part of the default sequence;
+(c) on the tiny hybrid model (DESIGN section 6), checkpoints captured at a chunk end and
+    by the exporter inside a chunk, restored for a request with another successor token
+    and checked bitwise against a from-scratch prefill (:mod:`sim.demo_exactness`).
 
-:func:`run_demo` returns 0 when every expected value was reproduced, else 1. A
+:func:`run_demo` returns 0 when every expected value was reproduced and every restore
+matched, else 1. A
 configuration that cannot be used raises :class:`~reference.errors.InvalidConfigError`
 before anything is printed.
 """

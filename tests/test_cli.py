@@ -72,6 +72,28 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert "demo" in out and "bench" in out
 
 
+def _help(capsys: pytest.CaptureFixture[str], *command: str) -> str:
+    """``hyckpt COMMAND --help`` without whitespace: argparse wraps lines (at hyphens too)."""
+    assert main([*command, "--help"]) == 0
+    return "".join(capsys.readouterr().out.split())
+
+
+def test_help_says_where_results_go_and_what_the_demo_checks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_help = _help(capsys, "run")
+    assert "reports/<scenario>/runs/results/<scenario>-seed<N>.json" in run_help
+    assert "reports/<scenario>/results/" not in run_help
+    demo_help = _help(capsys, "demo")
+    assert "bitwiseequaltoafrom-scratchprefill" in demo_help
+
+
+def test_default_config_header_names_the_demo_not_the_default_run() -> None:
+    header = (ROOT / "sim" / "default.toml").read_text(encoding="utf-8").split("\n\n")[0]
+    assert "configuration of `hyckpt demo`" in header
+    assert "runs the\n# default scenario" in header
+
+
 def test_unknown_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--no-such-option"]) == 2
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -141,3 +141,30 @@ def test_hyckpt_crosscheck_command(
     assert code == 0, out.out + out.err
     assert "reference vs gpu" in out.out and "crosscheck: ok" in out.out
     assert "exactness checks 0" not in out.out  # restores happened on both backends
+    assert "crosscheck reference" in out.err and "crosscheck gpu" in out.err  # progress bars
+    assert "0/8" in out.err and "WARNING" not in out.err
+    assert cli.main(["crosscheck", str(path), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_large_crosscheck_is_announced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sim import crosscheck
+    from sim.engine import command
+
+    class Announced(Exception):
+        """Stops the command once it has announced the work (nothing is run)."""
+
+    def stop(run: object) -> None:
+        raise Announced
+
+    monkeypatch.setattr(command, "LARGE_REAL_TOKENS", 10)
+    monkeypatch.setattr(crosscheck, "crosscheck_runs", stop)
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_SCENARIO)
+    with pytest.raises(Announced):
+        cli.main(["crosscheck", str(path), "--quiet"])
+    err = capsys.readouterr().err
+    assert "WARNING: the reference backend runs the tiny model" in err
+    assert "workload.requests = " in err

@@ -257,6 +257,28 @@ def test_run_failing_expectation_exits_1(
     assert "expect: FAILED" in capsys.readouterr().out
 
 
+def test_run_warnings_reach_stderr_under_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    starved = write(
+        tmp_path, TINY.replace("checkpoint_slots = 16", "checkpoint_slots = 16\nkv_blocks = 1")
+    )
+    assert main(["run", str(starved), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "WARNING: 20 of 20 arrived requests (100%) were rejected" in err
+    huge = write(
+        tmp_path,
+        TINY.replace("checkpoint_slots = 16", "checkpoint_slots = 16\nkv_blocks = 4194304"),
+    )
+    assert main(["run", str(huge), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "WARNING: does not fit one GPU" in err
+    assert main(["run", str(huge)]) == 0
+    out, err = capsys.readouterr()
+    assert "does not fit one GPU" in err and "does not fit one GPU" not in out  # once
+
+
 def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "agentic-codin"]) == 2
     assert "did you mean 'agentic-coding'?" in capsys.readouterr().err

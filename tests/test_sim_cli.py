@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.engine.command import add_arguments, config_from_args
+from sim.engine import command
+from sim.engine.command import add_arguments, config_from_args, progress_bar
 
 THROUGHPUT = re.compile(r"^shadow sim throughput: (\d+) prompt tokens/s$")
 
@@ -156,9 +157,11 @@ def test_simulate_checks_output_paths_first(
         (["--seed", "-1"], "--seed must be an integer >= 0"),
         (["--workload", "chat", "--trace", str(DATA / "session_trace.jsonl")], "not both"),
         (["--trace-format", "mooncake"], "--trace-format needs --trace"),
-        (["--block-size", str(2**63 - 1)], "block_size must be an int in [1, 65536]"),
-        (["--kv-blocks", str(2**63 - 1)], "kv_blocks must be an int in [1, 4194304]"),
-        (["--requests", str(2**63 - 1)], "requests must be an int >= 1 and <= 2147483648"),
+        (["--block-size", str(2**63 - 1)], "--block-size must be an int in [1, 65536]"),
+        (["--block-size", "0"], "--block-size must be an int in [1, 65536], got 0"),
+        (["--token-budget", "10"], "--token-budget 10 must cover one decode step"),
+        (["--kv-blocks", str(2**63 - 1)], "--kv-blocks must be an int in [1, 4194304]"),
+        (["--requests", str(2**63 - 1)], "--requests must be an int >= 1 and <= 2147483648"),
     ],
 )
 def test_simulate_rejects_bad_and_conflicting_options(
@@ -198,3 +201,103 @@ def test_sim_config_bounds() -> None:
         SimConfig(seed=-1)
     # A model without full-attention KV: the pool sized from GPU memory is capped.
     assert SimConfig(model="mamba2-2.7b").kv_capacity() == MAX_KV_BLOCKS
+
+
+# --- what a run tells its user --------------------------------------------------------
+
+
+def test_simulate_first_says_what_it_simulates(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--workload", "chat", "--requests", "5", "--kv-blocks", "2000"]
+    argv += ["--checkpoint-slots", "8", "--placement", "interval", "--eviction", "fifo"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("simulate: nemotron-h-8b on h200; placement interval (")
+    for part in ("every=", "eviction fifo", "workload multi_turn_chat (seed 0), 5 requests"):
+        assert part in first, first
+    assert "8 checkpoint slots, 2000 KV blocks of 16 tokens; backend shadow" in first
+    # Resolved from the GPU memory when not given:
+    assert main(["simulate", "--requests", "3", "--workload", "few-shot"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert re.search(r"; \d+ checkpoint slots, \d+ KV blocks of 16 tokens;", first), first
+
+
+def test_every_simulate_option_says_its_default() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    without = {"--help", "--trace", "--json", "--quiet"}
+    for action in parser._actions:
+        name = max(action.option_strings, key=len, default="")
+        if name and name not in without:
+            assert action.help and "default" in action.help, name
+            if action.default not in (None, False):
+                assert "%(default)" in action.help, name
+
+
+def test_warnings_reach_stderr_under_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    quick = ["simulate", "--workload", "chat", "--requests", "10", "--quiet"]
+    assert main([*quick, "--kv-blocks", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "WARNING: 10 of 10 arrived requests (100%) were rejected" in err
+    assert "exceed the KV pool (1 KV blocks x 16 tokens = 16 tokens)" in err
+    assert main([*quick, "--kv-blocks", str(2**22)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "WARNING: does not fit one GPU" in err
+    assert main([*quick[:-1], "--kv-blocks", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "were rejected" in err and "were rejected" not in out  # once, on stderr
+
+
+def test_the_progress_bar_of_a_trace_counts_its_requests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trace = DATA / "mooncake_trace.jsonl"
+    lines = sum(1 for line in trace.read_text().splitlines() if line.strip())
+    argv = ["simulate", "--trace", str(trace), "--trace-format", "mooncake"]
+    assert main([*argv, "--kv-blocks", "4000"]) == 0
+    out, err = capsys.readouterr()
+    assert f"0/{lines}" in err and "/1000" not in err
+    assert f", {lines} requests," in out.splitlines()[0]
+
+
+def test_a_large_real_tensor_run_is_announced(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sim.engine.command import work_warning
+
+    assert work_warning("shadow", [10**6] * 1000) is None
+    assert work_warning("reference", [100] * 10) is None
+    warning = work_warning("reference", [1000] * 1000)
+    assert warning is not None
+    assert "1000000 prompt tokens" in warning and "--requests 60 " in warning
+    monkeypatch.setattr(command, "LARGE_REAL_TOKENS", 10)
+    argv = ["simulate", "--workload", "chat", "--requests", "2", "--backend", "reference"]
+    argv += ["--block-size", "8", "--token-budget", "64", "--max-num-seqs", "2", "--quiet"]
+    assert main([*argv, "--kv-blocks", "1024", "--checkpoint-slots", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "WARNING: the reference backend runs the tiny model" in err
+
+
+def test_a_trace_of_the_other_format_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    mooncake = DATA / "mooncake_trace.jsonl"
+    assert main(["simulate", "--trace", str(mooncake)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"hyckpt: error: {mooncake}:1: field 'session_id'")  # no bar first
+    assert "did you mean --trace-format mooncake" in err
+    sessions = DATA / "session_trace.jsonl"
+    _usage_error(
+        capsys,
+        ["simulate", "--trace", str(sessions), "--trace-format", "mooncake", "--quiet"],
+        "did you mean --trace-format sessions",
+    )
+
+
+def test_an_error_after_the_progress_bar_starts_its_own_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(ValueError), progress_bar(5, True, "simulate") as update:
+        assert update is not None
+        update(2)
+        raise ValueError("late")
+    assert capsys.readouterr().err.endswith("\n")

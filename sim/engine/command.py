@@ -1,6 +1,6 @@
 """``hyckpt simulate``: run one simulation of a named workload and print its summary.
 
-Scenario files and reports come later; this command takes its settings as options.
+Scenario files run with ``hyckpt run``; this command takes its settings as options.
 Exit codes: 0 when the lockstep checker found nothing, 1 when it found a violation, 2 for
 a usage or configuration error.
 """
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -31,6 +32,7 @@ from sim.engine.config import (
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
+from sim.engine.sequence import RequestLike
 from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 from sim.outputs import check_output_file, write_text_atomic
@@ -38,6 +40,18 @@ from sim.outputs import check_output_file, write_text_atomic
 GIB = 2**30
 #: The workload ``hyckpt simulate`` runs without ``--workload`` or ``--trace``.
 DEFAULT_WORKLOAD = "agentic"
+#: Requests ``hyckpt simulate`` runs without ``--requests``.
+DEFAULT_REQUESTS = 1000
+#: Backends that run the tiny model on real tensors (slow: see :data:`REAL_TOKENS_PER_S`).
+REAL_TENSOR_BACKENDS = ("reference", "gpu", "external")
+#: Prompt tokens a real-tensor backend prefills per second, roughly (the reference backend
+#: on one CPU core, decode included; the gpu backend in Triton's interpreter is slower).
+REAL_TOKENS_PER_S = 1000
+#: A real-tensor run of more prompt tokens than this gets a warning with a smaller
+#: ``--requests`` (about two minutes' work).
+LARGE_REAL_TOKENS = 120 * REAL_TOKENS_PER_S
+#: A run rejecting more than this share of its arrived requests gets a warning.
+REJECTED_WARNING_SHARE = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --trace: sessions (default): session_id/turn_id/ts/input_tokens/"
         "output_tokens; mooncake: timestamp/input_length/output_length/hash_ids",
     )
-    parser.add_argument("--requests", type=int, default=1000, help="requests to simulate")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=DEFAULT_REQUESTS,
+        help="requests to simulate; a trace replays at most this many (default: %(default)s)",
+    )
     parser.add_argument(
         "--sessions",
         choices=SESSION_MODES,
@@ -66,34 +85,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for --trace, whose timestamps already include the answers)",
     )
     parser.add_argument(
-        "--backend", default="shadow", choices=BACKEND_NAMES, help="data backend (shadow)"
+        "--backend",
+        default="shadow",
+        choices=BACKEND_NAMES,
+        help="data backend: shadow moves no data; reference, gpu and external run the tiny "
+        "model on real tensors, about a thousand tokens a second (default: %(default)s)",
     )
     parser.add_argument(
-        "--impl", metavar="MODULE:FACTORY", help="implementation (needed for --backend external)"
+        "--impl",
+        metavar="MODULE:FACTORY",
+        help="implementation (needed for --backend external; default: the reference)",
     )
     parser.add_argument(
-        "--placement", default=defaults.placement, choices=sorted(PLACEMENT_POLICIES)
+        "--placement",
+        default=defaults.placement,
+        choices=sorted(PLACEMENT_POLICIES),
+        help="placement policy: where checkpoints are captured (default: %(default)s)",
     )
-    parser.add_argument("--eviction", default=defaults.eviction, choices=sorted(EVICTION_POLICIES))
-    parser.add_argument("--model", default=defaults.model, choices=list(MODELS))
-    parser.add_argument("--gpu", default=defaults.gpu, choices=list(GPU_PRESETS))
-    parser.add_argument("--block-size", type=int, default=defaults.block_size, help="tokens")
-    parser.add_argument("--token-budget", type=int, default=defaults.token_budget, help="tokens")
-    parser.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
+    parser.add_argument(
+        "--eviction",
+        default=defaults.eviction,
+        choices=sorted(EVICTION_POLICIES),
+        help="eviction policy of the checkpoint index (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model",
+        default=defaults.model,
+        choices=list(MODELS),
+        help="model whose sizes and FLOPs are priced (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--gpu", default=defaults.gpu, choices=list(GPU_PRESETS), help="GPU (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=defaults.block_size,
+        help="KV page size in tokens (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--token-budget",
+        type=int,
+        default=defaults.token_budget,
+        help="tokens scheduled per step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=defaults.max_num_seqs,
+        help="running sequences at most (default: %(default)s)",
+    )
     parser.add_argument(
         "--kv-blocks", type=int, help="KV pages (default: what the GPU memory leaves)"
     )
-    parser.add_argument("--checkpoint-slots", type=int, help="snapshot slots")
+    parser.add_argument(
+        "--checkpoint-slots",
+        type=int,
+        help="snapshot slots (default: as many as --checkpoint-gib holds)",
+    )
     parser.add_argument(
         "--checkpoint-gib",
         type=float,
         default=defaults.checkpoint_budget_bytes / GIB,
-        help="checkpoint pool budget in GiB when --checkpoint-slots is not given (16)",
+        help="checkpoint pool budget in GiB when --checkpoint-slots is not given "
+        "(default: %(default)g)",
     )
-    parser.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the workload and the engine")
+    parser.add_argument(
+        "--spec-tokens",
+        type=int,
+        default=defaults.spec_tokens,
+        help="speculative tokens per decode step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="seed of the workload and the engine (default: %(default)s)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar, no summary (warnings and errors still go to stderr)",
+    )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -119,27 +193,69 @@ def check_args(args: argparse.Namespace) -> None:
         )
 
 
+#: ``SimConfig`` fields set by an option of ``hyckpt simulate``: its errors name the option.
+OPTION_OF_FIELD = {
+    "block_size": "--block-size",
+    "token_budget": "--token-budget",
+    "max_num_seqs": "--max-num-seqs",
+    "kv_blocks": "--kv-blocks",
+    "checkpoint_slots": "--checkpoint-slots",
+    "checkpoint_budget_bytes": "--checkpoint-gib",
+    "spec_tokens": "--spec-tokens",
+    "seed": "--seed",
+}
+
+
+def option_message(message: str) -> str:
+    """``message`` with each ``SimConfig.<field>[=value]`` that an option sets named by
+    that option (``SimConfig.block_size must be ...`` -> ``--block-size must be ...``,
+    ``SimConfig.token_budget=10 must ...`` -> ``--token-budget 10 must ...``)."""
+
+    def option(match: re.Match[str]) -> str:
+        field, value = match.group(1), match.group(2)
+        flag = OPTION_OF_FIELD.get(field)
+        if flag is None:
+            return match.group(0)
+        if value is None:
+            return flag
+        if field == "checkpoint_budget_bytes":
+            return f"{flag} ({value} bytes)"
+        return f"{flag} {value}"
+
+    return re.sub(r"SimConfig\.(\w+)(?:=(\S+))?", option, message)
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """The :class:`SimConfig` the options describe (checked by :func:`check_args`)."""
+    """The :class:`SimConfig` the options describe (checked by :func:`check_args`).
+
+    Raises:
+        InvalidConfigError: a bad option or combination, named by its option.
+    """
     check_args(args)
-    return SimConfig(
-        model=args.model,
-        gpu=args.gpu,
-        block_size=args.block_size,
-        token_budget=args.token_budget,
-        max_num_seqs=args.max_num_seqs,
-        kv_blocks=args.kv_blocks,
-        checkpoint_slots=args.checkpoint_slots,
-        checkpoint_budget_bytes=int(args.checkpoint_gib * GIB),
-        placement=args.placement,
-        eviction=args.eviction,
-        spec_tokens=args.spec_tokens,
-        backend=args.backend,
-        impl=args.impl,
-        seed=args.seed,
-        closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
-        faults=Faults(),
-    )
+    try:
+        return SimConfig(
+            model=args.model,
+            gpu=args.gpu,
+            block_size=args.block_size,
+            token_budget=args.token_budget,
+            max_num_seqs=args.max_num_seqs,
+            kv_blocks=args.kv_blocks,
+            checkpoint_slots=args.checkpoint_slots,
+            checkpoint_budget_bytes=int(args.checkpoint_gib * GIB),
+            placement=args.placement,
+            eviction=args.eviction,
+            spec_tokens=args.spec_tokens,
+            backend=args.backend,
+            impl=args.impl,
+            seed=args.seed,
+            closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
+            faults=Faults(),
+        )
+    except InvalidConfigError as error:
+        message = option_message(str(error))
+        if message == str(error):
+            raise
+        raise InvalidConfigError(message) from None
 
 
 @contextmanager
@@ -153,12 +269,26 @@ def progress_bar(
     bar = tqdm(total=total, desc=description, unit="req", file=sys.stderr, leave=False)
     try:
         yield bar.update
-    finally:
+    except BaseException:
         bar.close()
+        # On a terminal, closing wipes the bar's line; elsewhere (a log, a pipe) the bar
+        # stays, and the error that follows must start a line of its own.
+        if not _isatty(sys.stderr):
+            print(file=sys.stderr)
+        raise
+    bar.close()
 
 
-def summary_lines(result: SimResult) -> list[str]:
-    """A short human-readable summary of a run."""
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def summary_lines(result: SimResult, *, warnings: bool = True) -> list[str]:
+    """A short human-readable summary of a run; with ``warnings``, the
+    :func:`warning_lines` at the end (``hyckpt simulate`` prints those on stderr)."""
     t = result.totals
     ttft = t["ttft"]
     requests = t["requests"]
@@ -184,10 +314,44 @@ def summary_lines(result: SimResult) -> list[str]:
         if lockstep["ok"]
         else "lockstep: VIOLATIONS " + ", ".join(f"{k} {v}" for k, v in counts.items()),
     ]
-    warning = memory_warning(result.pools.get("memory"))
-    if warning:
-        lines.append(warning)
+    if warnings:
+        lines += warning_lines(result)
     return lines
+
+
+def warning_lines(result: SimResult) -> list[str]:
+    """What a reader of the numbers must know: the run does not fit one GPU
+    (:func:`memory_warning`), or it rejected many requests (:func:`rejection_warning`)."""
+    found = [
+        memory_warning(result.pools.get("memory")),
+        rejection_warning(result.totals.get("requests"), result.pools, result.config),
+    ]
+    return [line for line in found if line]
+
+
+def rejection_warning(requests: object, pools: object, config: object) -> str | None:
+    """A warning when more than :data:`REJECTED_WARNING_SHARE` of the arrived requests
+    were rejected, saying why a request is rejected; else ``None``."""
+    if not isinstance(requests, dict) or not isinstance(pools, dict):
+        return None
+    arrived, rejected = requests.get("arrived"), requests.get("rejected")
+    if not isinstance(arrived, int) or not isinstance(rejected, int) or arrived < 1:
+        return None
+    if rejected <= REJECTED_WARNING_SHARE * arrived:
+        return None
+    blocks, block = pools.get("kv_blocks"), pools.get("block_size")
+    spec = config.get("spec_tokens", 0) if isinstance(config, dict) else 0
+    pool = (
+        f"{blocks} KV blocks x {block} tokens = {blocks * block} tokens"
+        if isinstance(blocks, int) and isinstance(block, int)
+        else "the KV pool"
+    )
+    return (
+        f"WARNING: {rejected} of {arrived} arrived requests ({rejected / arrived:.0%}) were "
+        f"rejected: a request is rejected on arrival when its prompt + output tokens + "
+        f"{spec} speculative tokens + one block exceed the KV pool ({pool}) or its prompt "
+        "is empty; give more KV blocks (--kv-blocks, cache.kv_blocks) or shorter requests"
+    )
 
 
 def memory_warning(plan: object) -> str | None:
@@ -205,23 +369,112 @@ def memory_warning(plan: object) -> str | None:
     )
 
 
+def prompt_lengths(requests: Iterable[RequestLike]) -> list[int]:
+    """The prompt length of every request, in order (consumes ``requests``)."""
+    return [len(request.prompt) for request in requests]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def work_warning(
+    backend: str,
+    lengths: Sequence[int],
+    *,
+    smaller: str = "--requests {}",
+    other: str = "; or use --backend shadow, which moves no data",
+) -> str | None:
+    """A warning when a real-tensor backend would prefill more than
+    :data:`LARGE_REAL_TOKENS` prompt tokens, naming how many requests take about a
+    minute (``smaller`` formatted with that count; ``other``: another way out); ``None``
+    for a smaller run or the shadow backend."""
+    tokens = sum(lengths)
+    if backend not in REAL_TENSOR_BACKENDS or tokens <= LARGE_REAL_TOKENS:
+        return None
+    budget, total, count = 60 * REAL_TOKENS_PER_S, 0, 0
+    for length in lengths:
+        total += length
+        if total > budget:
+            break
+        count += 1
+    return (
+        f"WARNING: the {backend} backend runs the tiny model on real tensors, about "
+        f"{REAL_TOKENS_PER_S} prompt tokens a second; these {len(lengths)} requests hold "
+        f"{tokens} prompt tokens: up to about {_duration(tokens / REAL_TOKENS_PER_S)} "
+        f"(less what prefix hits save). {smaller.format(max(1, count))} would take about a "
+        f"minute{other}"
+    )
+
+
+def describe_run(
+    args: argparse.Namespace, config: SimConfig, description: dict[str, object], requests: int
+) -> str:
+    """The first line ``hyckpt simulate`` prints: what it simulates, pools resolved."""
+    placement = ", ".join(f"{k}={v}" for k, v in config.placement_arguments().items())
+    eviction = config.eviction
+    if config.eviction_params:
+        eviction += " (" + ", ".join(f"{k}={v}" for k, v in config.eviction_params.items()) + ")"
+    if args.trace is not None:
+        source = f"trace {args.trace} ({args.trace_format or 'sessions'} format)"
+    else:
+        source = f"workload {description.get('name', args.workload)} (seed {config.seed})"
+    arrivals = "closed-loop sessions" if config.closed_loop else "open-loop arrivals"
+    spec = (
+        f", {config.spec_tokens} speculative tokens (acceptance {config.spec_acceptance})"
+        if config.spec_tokens
+        else ""
+    )
+    backend = config.backend + (f" ({config.impl})" if config.impl else "")
+    return (
+        f"simulate: {config.model} on {config.gpu}; placement {config.placement} ({placement}); "
+        f"eviction {eviction}; {source}, {requests} requests, {arrivals}; "
+        f"{config.checkpoint_capacity()} checkpoint slots, {config.kv_capacity()} KV blocks "
+        f"of {config.block_size} tokens{spec}; backend {backend}"
+    )
+
+
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``hyckpt simulate``; return the exit code."""
     stream = sys.stdout if out is None else out
     config = config_from_args(args)
     if args.json:
         check_output_file(args.json)  # before the run, not after it
-    make_requests, description = (
-        build_trace(args.trace, args.trace_format or "sessions", args.requests)
-        if args.trace is not None
-        else build_workload(args.workload or DEFAULT_WORKLOAD, args.requests, args.seed)
-    )
-    with progress_bar(args.requests, not args.quiet, "simulate") as progress:
+    try:
+        make_requests, description = (
+            build_trace(args.trace, args.trace_format or "sessions", args.requests)
+            if args.trace is not None
+            else build_workload(args.workload or DEFAULT_WORKLOAD, args.requests, args.seed)
+        )
+    except InvalidConfigError as error:
+        if str(error).startswith("requests must"):  # the option's own name
+            raise InvalidConfigError(f"--{error}") from None
+        raise
+    requests = args.requests
+    warnings: list[str] = []
+    if args.trace is not None or config.backend in REAL_TENSOR_BACKENDS:
+        # Read the trace (or generate the workload) once up front: a bad trace line is
+        # reported before anything runs, the progress bar counts the requests there are,
+        # and a real-tensor run that would take hours says so.
+        lengths = prompt_lengths(make_requests())
+        requests = len(lengths)
+        warnings += filter(None, [work_warning(config.backend, lengths)])
+    if not args.quiet:
+        print(describe_run(args, config, description, requests), file=stream, flush=True)
+    for line in warnings:
+        print(line, file=sys.stderr, flush=True)
+    with progress_bar(requests, not args.quiet, "simulate") as progress:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
     if args.json:
         write_text_atomic(args.json, result.to_json() + "\n")
     if not args.quiet:
-        for line in summary_lines(result):
+        for line in summary_lines(result, warnings=False):
             print(line, file=stream)
         print(f"wall time {result.wall_s:.2f} s", file=stream)
+    for line in warning_lines(result):
+        print(line, file=sys.stderr)
     return 0 if result.ok else 1

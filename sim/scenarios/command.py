@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reference.errors import InvalidConfigError
-from sim.engine.command import progress_bar, summary_lines
+from sim.engine.command import progress_bar, summary_lines, warning_lines
 from sim.engine.config import MAX_SEED
 from sim.engine.result import SimResult
 from sim.outputs import check_output_dir, check_output_file
@@ -109,9 +109,11 @@ def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         write_result(result, Path(args.json))
     if not args.quiet:
         print(f"scenario {scenario.name}, seed {seed}", file=stream)
-        for line in summary_lines(result):
+        for line in summary_lines(result, warnings=False):
             print(line, file=stream)
         print(f"results: {path}", file=stream)
+    for line in warning_lines(result):  # under --quiet too
+        print(line, file=sys.stderr)
     return 1 if _verdict(scenario, result, args.quiet, stream) else 0
 
 
@@ -163,6 +165,8 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
             f"results: {path}",
             file=stream,
         )
+        for line in warning_lines(result):
+            print(line, file=sys.stderr)
         failed |= bool(_verdict(scenario, result, False, stream))
     _build_report(folder, stream)
     return 1 if failed else 0

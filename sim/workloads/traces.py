@@ -41,6 +41,34 @@ from sim.workloads.request import Request, Workload, default_id_space
 
 __all__ = ["JsonlTraceConfig", "MooncakeTraceConfig", "jsonl_trace", "mooncake_trace"]
 
+#: The fields of each trace format, by its ``--trace-format`` / ``trace_format`` name.
+FORMAT_FIELDS = {
+    "sessions": ("session_id", "turn_id", "ts", "input_tokens", "output_tokens"),
+    "mooncake": ("timestamp", "input_length", "output_length", "hash_ids"),
+}
+
+
+def _check_format(file: str, line: int, record: dict[str, object], own: str) -> None:
+    """A line with none of format ``own``'s fields but some of another format's is a
+    trace of that other format: say so, instead of naming the first missing field only.
+
+    Raises:
+        TraceFormatError: the line looks like another format's.
+    """
+    if any(name in record for name in FORMAT_FIELDS[own]):
+        return
+    for other, fields in FORMAT_FIELDS.items():
+        if other != own and any(name in record for name in fields):
+            raise TraceFormatError(
+                file,
+                line,
+                FORMAT_FIELDS[own][0],
+                None,
+                f"a {own} trace line (the field is missing; the line has the fields of a "
+                f"{other} trace: did you mean --trace-format {other}, or "
+                f'trace_format = "{other}" in a scenario?)',
+            )
+
 
 def _check_path(owner: str, path: object) -> str:
     if not isinstance(path, str | os.PathLike):
@@ -127,6 +155,7 @@ def jsonl_trace(
         first_ts: float | None = None
         previous_ts = -math.inf
         for line, record in read_objects(file):
+            _check_format(file, line, record, "sessions")
             raw_id = get_field(file, line, record, "session_id", "a string or an integer")
             if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or raw_id == "":
                 raise TraceFormatError(
@@ -278,6 +307,7 @@ def mooncake_trace(
         first_ts: float | None = None
         previous_ts = -math.inf
         for line, record in read_objects(file):
+            _check_format(file, line, record, "mooncake")
             ts = get_number(file, line, record, "timestamp")
             input_len = get_int(file, line, record, "input_length", minimum=1)
             output_len = get_int(file, line, record, "output_length")
