@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from gpu import descriptors, launch
 from gpu import device as dev
+from gpu import export as gpu_export
 from gpu.descriptors import Block, alignment, plan_block
 from gpu.export import GpuExporter, export_layers_to_storage
 from gpu.impl import implementation
@@ -664,6 +665,85 @@ def test_jobs_of_many_chunks_and_the_chunk_loop(
         assert_bits(call[name], case.kwargs[name], name)
 
 
+def _spy_on_grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record ``(chunks of the largest job, programs per job)`` of every launch."""
+    seen: list[tuple[int, int]] = []
+    real = launch._grid
+
+    def spy(jobs: int, max_bytes: int, word: int) -> tuple[tuple[int, int], int]:
+        grid, rounds = real(jobs, max_bytes, word)
+        seen.append((-(-(max_bytes // word) // launch.BLOCK), grid[1]))
+        return grid, rounds
+
+    monkeypatch.setattr(launch, "_grid", spy)
+    return seen
+
+
+def test_chunk_loop_with_uneven_rounds(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs whose chunks do not divide evenly among a tiny grid's programs: the last round
+    is partial, and ``ROUNDS`` must still reach the job's last chunk."""
+    monkeypatch.setattr(launch, "BLOCK", 16)
+    monkeypatch.setattr(launch, "MAX_CHUNKS", 3)
+    # _grid itself: 7 chunks on 3 programs take 3 rounds (6 would leave chunk 6 out).
+    assert launch._grid(2, 7 * 16 * 8, 8) == ((2, 3), 3)
+    assert launch._grid(2, (4 * 16 + 1) * 4, 4) == ((2, 3), 2)  # 5 chunks
+    monkeypatch.setattr(launch, "CHUNKS_PER_PROGRAM", 2)
+    assert launch._grid(1, 5 * 16 * 2, 2) == ((1, 3), 2)
+    monkeypatch.setattr(launch, "CHUNKS_PER_PROGRAM", 1)
+    seen = _spy_on_grids(monkeypatch)
+    spec = Spec(
+        (((7, 11), torch.float32), ((5, 3), torch.float16)),
+        3,
+        3,
+        7,
+        (((3, 9), torch.float16),),
+        (),
+        "reversed",
+    )
+    twin = Twin.build(spec, 3, device, 2, 2)
+    twin.poison_slabs()
+    twin.events.append(twin.gpu.capture_recurrent_batch([1, 0], [2, 0]))
+    twin.events.append(twin.gpu.capture_partial_kv_batch([0, 1], [1, 2], [7, 5]))
+    twin.ref.capture_recurrent(1, 2)
+    twin.ref.capture_recurrent(0, 0)
+    twin.ref.capture_partial_kv(0, 1, 7)
+    twin.ref.capture_partial_kv(1, 2, 5)
+    twin.check()
+    twin.poison_live()
+    twin.events.append(twin.gpu.restore_recurrent_batch([0, 1], [1, 2]))
+    twin.events.append(twin.gpu.restore_partial_kv_batch([1, 0], [0, 2], [5, 6]))
+    twin.ref.restore_recurrent(0, 1)
+    twin.ref.restore_recurrent(1, 2)
+    twin.ref.restore_partial_kv(1, 0, 5)
+    twin.ref.restore_partial_kv(0, 2, 6)
+    twin.check()
+    gen = torch.Generator().manual_seed(4)
+    case = ExportCase(
+        {
+            "raw_inputs": random_tensor((9, 5), torch.float16, gen),
+            "cu_seqlens": torch.tensor([0, 4, 9]),
+            "initial_conv": random_tensor((2, 5, 3), torch.float16, gen),
+            "emitted_states": random_tensor((2, 7, 11), torch.float32, gen),
+            "offsets": torch.tensor([2, 5]),
+            "destinations": torch.tensor([0, 1]),
+            "conv_slab": poison(torch.empty((2, 5, 3), dtype=torch.float16)),
+            "state_slab": poison(torch.empty((2, 7, 11), dtype=torch.float32)),
+            "recurrent_rows": None,
+        },
+        "reversed",
+    )
+    call = case.on(device)
+    GpuExporter().export(**call)
+    ReferenceExporter().export(**case.kwargs)
+    for name in ("conv_slab", "state_slab"):
+        assert_bits(call[name], case.kwargs[name], name)
+    # The case's premise: every launch's largest job ends in a partial round.
+    assert len(seen) == 5
+    assert all(chunks > programs and chunks % programs for chunks, programs in seen), seen
+
+
 def test_the_grid_covers_every_chunk_with_the_fewest_rounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -921,6 +1001,9 @@ def test_live_slots_that_overlap_each_other_are_rejected(device: torch.device) -
         ((3, 4), (2, 1), True),
         ((3, 4), (0, 1), True),
         ((1, 4), (0, 1), False),
+        ((2, 2), (1, 0), True),
+        ((2,), (0,), True),
+        ((2, 2), (0, 1), True),
         ((2, 2), (3, 2), False),
         ((2, 3, 2), (5, 2, 1), True),
         ((2, 3, 2), (6, 2, 1), False),
@@ -944,8 +1027,6 @@ def test_the_exporter_moves_states_on_the_flat_path_apart_from_the_gather(
     """A conv-window gather (runs of one element) and contiguous states in one export:
     two launches, the states' flat with 16-byte alignment; the result is still the
     reference's."""
-    import gpu.export as gpu_export
-
     launched: list[descriptors.JobTable] = []
     real = gpu_export.launch_jobs
 
@@ -973,6 +1054,53 @@ def test_the_exporter_moves_states_on_the_flat_path_apart_from_the_gather(
     assert [(t.flat, t.align) for t in launched] == [(True, 16), (False, 2)]
     for name in ("conv_slab", "state_slab"):
         assert_bits(on_device[name], expected[name], name)
+
+
+def test_exporter_non_contiguous_large_state(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A permuted ``emitted_states`` (each state an ``n0 x n1`` gather of one-element runs,
+    larger than one chunk) and a column-major ``raw_inputs`` whose chunk part of the
+    window is contiguous on the source only (a row as long as the whole input, shorter
+    than the window, so the window also reaches into ``initial_conv``)."""
+    launched: list[descriptors.JobTable] = []
+    real = gpu_export.launch_jobs
+
+    def spy(jobs: descriptors.JobTable, **kwargs: object) -> None:
+        launched.append(jobs)
+        real(jobs, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu_export, "launch_jobs", spy)
+    monkeypatch.setattr(launch, "BLOCK", 16)
+    gen = torch.Generator().manual_seed(13)
+    tokens, conv_dim, window, state_shape = 2, 3, 5, (6, 20)
+    raw = random_tensor((tokens, conv_dim), torch.float16, gen)
+    emitted = random_tensor((3, *state_shape), torch.float32, gen)
+    call = {
+        "raw_inputs": raw,
+        "cu_seqlens": torch.tensor([0, 0, tokens, tokens]),
+        "initial_conv": random_tensor((3, conv_dim, window), torch.float16, gen),
+        "emitted_states": emitted,
+        "offsets": torch.tensor([0, tokens, 0]),
+        "destinations": torch.tensor([-1, 1, -1]),
+        "conv_slab": poison(torch.empty((2, conv_dim, window), dtype=torch.float16)),
+        "state_slab": poison(torch.empty((2, *state_shape), dtype=torch.float32)),
+    }
+    expected = {k: v.clone() for k, v in call.items()}
+    ReferenceExporter().export(**expected)
+    on_device = {k: v.to(device) for k, v in call.items()}
+    on_device["raw_inputs"] = raw.t().contiguous().to(device).t()  # column-major
+    on_device["emitted_states"] = emitted.permute(0, 2, 1).contiguous().to(device).permute(0, 2, 1)
+    assert on_device["raw_inputs"].stride() == (1, tokens)
+    GpuExporter().export(**on_device)
+    for name in ("conv_slab", "state_slab"):
+        assert_bits(on_device[name], expected[name], name)
+    # The premise: one strided launch whose state job has n0 > 1 and spans many chunks.
+    (table,) = launched
+    assert not table.flat
+    state_bytes = math.prod(state_shape) * 4
+    assert table.max_bytes == state_bytes > launch.BLOCK * 8
+    assert max(row[2] for row in table.rows) == state_shape[0]
 
 
 def test_cpu_under_interpretation_cuda_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1088,6 +1216,40 @@ def test_plan_block_merges_contiguous_dimensions_and_splits_the_rest() -> None:
     assert [(b.src_offset, b.dst_offset) for b in blocks] == [(0, 0), (2, 4), (1, 8), (3, 12)]
     assert plan_block((3, 0), (1, 1), (1, 1), 4) == []
     assert alignment([32, 48, 0]) == 16 and alignment([6]) == 2 and alignment([]) == 16
+
+
+def test_plan_block_merges_only_across_both_sides_and_flat_means_both_contiguous() -> None:
+    # Contiguous across the two dimensions on the source only: two runs, not one.
+    assert plan_block((2, 3), (3, 1), (4, 1), 4) == [Block(1, 2, 12, 0, 0, 0, 12, 0, 16)]
+    assert plan_block((2, 3), (4, 1), (3, 1), 4) == [Block(1, 2, 12, 0, 0, 0, 16, 0, 12)]
+    # Block(n0, n1, run, src_offset, dst_offset, src_s0, src_s1, dst_s0, dst_s1).
+    flat = [
+        Block(1, 1, 12, 0, 0, 0, 0, 0, 0),  # one run
+        Block(3, 2, 8, 0, 0, 16, 8, 16, 8),  # n0 x n1 runs back to back on both sides
+        Block(1, 1, 12, 0, 0, 12, 0, 12, 0),  # keep_first: n0's stride is one row
+        Block(1, 2, 8, 0, 0, 0, 8, 0, 8),
+    ]
+    not_flat = [
+        Block(1, 2, 8, 0, 0, 16, 8, 16, 12),  # destination rows padded
+        Block(1, 2, 8, 0, 0, 16, 12, 16, 8),  # source rows padded
+        Block(1, 2, 8, 0, 0, 0, 8, 0, 12),
+        Block(1, 2, 8, 0, 0, 0, 12, 0, 8),
+        Block(1, 1, 12, 0, 0, 16, 0, 16, 0),  # keep_first, n0 stride is not n1 * run
+        Block(1, 1, 12, 0, 0, 12, 0, 16, 0),
+        Block(1, 1, 12, 0, 0, 16, 0, 12, 0),
+        Block(1, 1, 12, 0, 0, 12, 0, 0, 0),
+        Block(1, 1, 12, 0, 0, 0, 0, 12, 0),
+        Block(2, 1, 12, 0, 0, 0, 0, 0, 0),  # two rows on top of each other
+        Block(3, 2, 8, 0, 0, 16, 8, 20, 8),
+        Block(3, 2, 8, 0, 0, 20, 8, 16, 8),
+    ]
+    assert [b.flat for b in flat] == [True] * len(flat)
+    assert [b.flat for b in not_flat] == [False] * len(not_flat)
+    # Broadcast (stride-0) dimensions of size 2 alias.
+    assert descriptors.overlapping(torch.zeros(2, 1).expand(2, 2))
+    assert descriptors.overlapping(torch.zeros(1).expand(2))
+    assert descriptors.overlapping(torch.zeros(2).as_strided((2, 2), (1, 0)))
+    assert not descriptors.overlapping(torch.zeros(4).as_strided((2, 2), (2, 1)))
 
 
 #: Kernel variants compiled for an H200 (sm_90) without a GPU: (TABLE, TO_LIVE, ZERO,
