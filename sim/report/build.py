@@ -174,8 +174,7 @@ def _usable(rows: Sequence[Row]) -> list[str]:
         usable, total = plan["usable_bytes"], plan["gpu_bytes"]
         gpu = f"one {row.gpu}" if row.gpu else "one GPU"
         text = (
-            f"{usable / GIB:.1f} GiB usable ({usable / total:.0%} of {gpu}'s "
-            f"{total / GIB:.1f} GiB)"
+            f"{usable / GIB:.1f} GiB usable ({usable / total:.0%} of {gpu}'s {total / GIB:.1f} GiB)"
         )
         if text not in seen:
             seen.append(text)
