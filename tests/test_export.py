@@ -287,7 +287,8 @@ MISUSE: dict[str, tuple[Change, type[HyckptError]]] = {
     "destination past the slab": (_set("destinations", _long([0, 4, -1])), SlotOutOfRangeError),
     "destination -2": (_set("destinations", _long([0, -2, -1])), SlotOutOfRangeError),
     "two rows, one destination": (_set("destinations", _long([2, 2, -1])), SlotStateError),
-    "cu_seqlens not from 0": (_set("cu_seqlens", _long([1, 4, 10, 12])), InvalidTokenCountError),
+    # Rows of 4, 5 and 2 tokens that fit every offset: only the start-at-0 rule is broken.
+    "cu_seqlens not from 0": (_set("cu_seqlens", _long([1, 5, 10, 12])), InvalidTokenCountError),
     "cu_seqlens decreasing": (_set("cu_seqlens", _long([0, 4, 3, 12])), InvalidTokenCountError),
     "cu_seqlens past the inputs": (
         _set("cu_seqlens", _long([0, 4, 10, 13])),
@@ -296,6 +297,19 @@ MISUSE: dict[str, tuple[Change, type[HyckptError]]] = {
     "cu_seqlens empty": (_set("cu_seqlens", _long([])), LayoutMismatchError),
     "offsets of another row count": (_set("offsets", _long([4, 3])), LayoutMismatchError),
     "float offsets": (_set("offsets", lambda b: b.offsets.double()), LayoutMismatchError),
+    "destinations of fewer rows": (_set("destinations", _long([0, 2])), LayoutMismatchError),
+    "destinations of more rows": (
+        _set("destinations", _long([0, 2, -1, -1])),
+        LayoutMismatchError,
+    ),
+    "float recurrent_rows": (
+        _set("recurrent_rows", lambda b: torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)),
+        LayoutMismatchError,
+    ),
+    "2-D recurrent_rows": (
+        _set("recurrent_rows", lambda b: torch.tensor([[0, 1, 2]], dtype=torch.int64)),
+        LayoutMismatchError,
+    ),
     "2-D destinations": (
         _set("destinations", lambda b: b.destinations[None]),
         LayoutMismatchError,
@@ -343,6 +357,10 @@ MISUSE: dict[str, tuple[Change, type[HyckptError]]] = {
     ),
     "recurrent row past the states": (
         _set("recurrent_rows", _long([0, 3, -1])),
+        SlotOutOfRangeError,
+    ),
+    "recurrent row past the states on a row without a checkpoint": (
+        _set("recurrent_rows", _long([0, 1, 7])),
         SlotOutOfRangeError,
     ),
     "recurrent row -1 for a checkpoint": (
@@ -472,15 +490,28 @@ def test_export_to_storage_validates_every_layer_before_writing(impl: Implementa
     assert not any(storage.is_recurrent_captured(s) for s in range(4))
 
 
-@pytest.mark.parametrize("problem", ["missing layer", "repeated slab", "unknown slab", "ring"])
+@pytest.mark.parametrize(
+    "problem",
+    ["missing layer", "repeated slab", "unknown slab", "ring", "repeated only", "unknown only"],
+)
 def test_export_to_storage_must_write_every_recurrent_slab(
     impl: Implementation, problem: str
 ) -> None:
+    """Layers that miss, repeat or do not know a recurrent slab are refused before any slab
+    is written; "repeated only" and "unknown only" name every slab, plus one more."""
     gen = torch.Generator().manual_seed(9)
     storage = build(impl, _model_live(gen, ring=problem == "ring"), 2, 0)
     layers = _layers(gen, rows=1, tokens=3)
     if problem == "missing layer":
         layers = layers[:1]
+    elif problem == "repeated only":
+        layers = [*layers, layers[0]]
+    elif problem == "unknown only":
+        old = layers[0]
+        layers = [
+            *layers,
+            LayerExport("9.conv", "9.ssm", old.raw_inputs, old.initial_conv, old.emitted_states),
+        ]
     elif problem in ("repeated slab", "unknown slab"):
         old = layers[1]
         conv, state = ("0.conv", "1.state") if problem == "repeated slab" else ("1.conv", "9.state")

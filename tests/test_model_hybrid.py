@@ -417,7 +417,7 @@ def test_chunked_path_matches_canonical(
     n = len(prompt)
     start = 5 if data is None else data.draw(st.integers(0, n - 1), label="start")
     emit = (
-        []
+        [start + 3, n]  # off the chunk grid, and the end of the run
         if data is None
         else sorted(data.draw(st.sets(st.integers(start + 1, n), max_size=3), label="emit_at"))
     )
@@ -443,6 +443,14 @@ def test_chunked_path_matches_canonical(
             close(tensor, pools_expected[name], tol=CHUNKED, msg=f"{label}: {name}")
     assert sorted(got.emitted) == sorted(expected.emitted) == emit
     for p in emit:
+        assert expected.emitted[p].keys() == canon.recurrent.keys(), (
+            f"{label}: the canonical path emitted {sorted(expected.emitted[p])}@{p}, "
+            f"not every recurrent tensor {sorted(canon.recurrent)}"
+        )
+        assert got.emitted[p].keys() == expected.emitted[p].keys(), (
+            f"{label}: the chunked path emitted {sorted(got.emitted[p])}@{p}, "
+            f"the canonical path {sorted(expected.emitted[p])}"
+        )
         for name, tensor in got.emitted[p].items():
             close(
                 tensor, expected.emitted[p][name], tol=CHUNKED, msg=f"{label}: emitted {name}@{p}"
@@ -543,8 +551,14 @@ def test_long_prompt_chunking_restore_and_chunked_path() -> None:
     block, table = 16, [11, 3, 14, 0, 7, 12, 1, 5, 9, 2, 15, 4, 8, 6, 13, 10]
     prompt = [(i * 11 + 5) % model.config.vocab_size for i in range(240)]
     checkpoints = [16, 100, 161, 239]
+    emits = [*checkpoints, len(prompt)]  # the end of the prompt is emitted too
     scratch_state = model.new_state(2, 16, block)
-    scratch = model.prefill(scratch_state, 1, table, prompt, 0, emit_at=checkpoints)
+    scratch = model.prefill(scratch_state, 1, table, prompt, 0, emit_at=emits)
+    assert sorted(scratch.emitted) == emits
+    for p in emits:
+        assert scratch.emitted[p].keys() == scratch_state.recurrent.keys(), (
+            f"scratch run emitted {sorted(scratch.emitted[p])}@{p}, not every recurrent tensor"
+        )
     chunked_calls = model.new_state(2, 16, block)
     edges = [0, 1, 37, 64, 65, 130, 200, 240]
     for lo, hi in itertools.pairwise(edges):
@@ -572,11 +586,16 @@ def test_long_prompt_chunking_restore_and_chunked_path() -> None:
         assert_pages_equal(target, scratch_state, f"restore at {p}")
     for size in (240, 64, 23):
         chunked = model.new_state(2, 16, block)
-        got = model.prefill_chunked(chunked, 1, table, prompt, 0, size, emit_at=checkpoints)
+        got = model.prefill_chunked(chunked, 1, table, prompt, 0, size, emit_at=emits)
         close(got.logits, scratch.logits, tol=CHUNKED, msg=f"chunk {size}: logits")
         for name, tensor in chunked.recurrent.items():
             close(tensor, scratch_state.recurrent[name], tol=CHUNKED, msg=f"chunk {size}: {name}")
-        for p in checkpoints:
+        assert sorted(got.emitted) == emits, f"chunk {size}: emitted at {sorted(got.emitted)}"
+        for p in emits:
+            assert got.emitted[p].keys() == scratch.emitted[p].keys(), (
+                f"chunk {size}: emitted {sorted(got.emitted[p])}@{p}, "
+                f"the scratch run {sorted(scratch.emitted[p])}"
+            )
             for name, tensor in got.emitted[p].items():
                 close(
                     tensor, scratch.emitted[p][name], tol=CHUNKED, msg=f"chunk {size}: {name}@{p}"

@@ -434,6 +434,48 @@ def test_draft_row_matches_formula(model: TinyHybrid) -> None:
     assert torch.count_nonzero(state.draft_kv_pages["draft.k"]) == heads * hd, "exactly one row"
 
 
+def test_draft_logits_matches_formula(model: TinyHybrid) -> None:
+    """``draft_logits`` at ``t`` recomputed by hand: combine ``h_t`` with the successor's
+    embedding, project, attend with ``q_t`` over draft rows ``0 .. t`` (its own row
+    included), add the residual, final norm, shared LM head. Position 0 attends over its
+    own row alone."""
+    draft = model.draft
+    assert isinstance(draft, DraftHead)
+    attn, eps = draft.attn, draft.eps
+    heads, kv_heads, hd = attn.heads, attn.kv_heads, attn.head_dim
+    count = 7
+    state = model.new_state(1, PAGES, BLOCK)
+    hidden = inputs(count, CONFIG.d_model, 19)
+    successors = [(5 * t + 2) % CONFIG.vocab_size for t in range(count)]
+    qs, ks, vs, us = [], [], [], []
+    for t in range(count):
+        joined = torch.cat(
+            (
+                rms(hidden[t], draft.hidden_norm, eps),
+                rms(model.embedding[successors[t]], draft.embed_norm, eps),
+            )
+        )
+        u = draft.proj @ joined
+        a = rms(u, draft.attn_norm, eps)
+        us.append(u)
+        qs.append(rotate((attn.wq @ a).reshape(heads, hd), t, attn.rope_theta))
+        ks.append(rotate((attn.wk @ a).reshape(kv_heads, hd), t, attn.rope_theta))
+        vs.append((attn.wv @ a).reshape(kv_heads, hd))
+    for t in range(count):
+        got = model.draft_logits(state, TABLE, t, hidden[t], successors[t])
+        o = torch.zeros(heads, hd, dtype=F64)
+        for h in range(heads):
+            kv = h // (heads // kv_heads)
+            scores = torch.stack([qs[t][h] @ ks[s][kv] / math.sqrt(hd) for s in range(t + 1)])
+            weights = torch.exp(scores - scores.max())
+            weights = weights / weights.sum()
+            for s in range(t + 1):
+                o[h] += weights[s] * vs[s][kv]
+        out = us[t] + attn.wo @ o.reshape(-1)
+        expected = model.lm_head @ rms(out, draft.final_norm, eps)
+        close(got, expected, tol=TIGHT, msg=f"draft logits at position {t} vs the formula")
+
+
 # --- chunked path vs canonical ----------------------------------------------------------------
 
 

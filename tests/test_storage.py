@@ -363,6 +363,18 @@ def test_mark_recurrent_captured_admits_slabs_written_through_slab(impl: Impleme
         assert same_bits(t[0], written[name])
 
 
+def test_mark_recurrent_captured_without_recurrent_axis(impl: Implementation) -> None:
+    """With only KV pages there is no recurrent slab to vouch for, even with recurrent
+    slots: marking a slot is an unconfigured axis, and no record changes."""
+    live = make_live(torch.Generator().manual_seed(18), recurrent=False)
+    storage = build(impl, live, 2, 2)
+    before = everything(storage, live)
+    with pytest.raises(AxisNotConfiguredError):
+        storage.mark_recurrent_captured(0)
+    assert_unchanged(before, everything(storage, live))
+    assert not storage.is_recurrent_captured(0), "a refused mark made the slot restorable"
+
+
 # --- partial-KV axis ---------------------------------------------------------------------
 
 
@@ -911,6 +923,85 @@ def test_a_storage_without_slots_rejects_every_slot(impl: Implementation) -> Non
     for call in calls:
         with pytest.raises(SlotOutOfRangeError):
             call()
+
+
+def _pool(*shape: int) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.float64)
+
+
+#: Pools that do not fit together: group → name → tensor (a group left out is empty).
+#: The consistent layout is ``make_live``'s: 3 batch slots, 4 pages of 4 rows.
+INCONSISTENT_POOLS: dict[str, dict[str, dict[str, torch.Tensor]]] = {
+    "recurrent tensors with different batch_slots": {
+        "recurrent": {"0.conv": _pool(BATCH_SLOTS, 6, 3), "0.ssm": _pool(BATCH_SLOTS + 1, 2, 3)},
+    },
+    "kv pages with different num_pages": {
+        "kv_pages": {
+            "2.k": _pool(NUM_PAGES, BLOCK, 2, 3),
+            "2.v": _pool(NUM_PAGES + 1, BLOCK, 2, 3),
+        },
+    },
+    "kv pages with different block_size": {
+        "kv_pages": {
+            "2.k": _pool(NUM_PAGES, BLOCK, 2, 3),
+            "2.v": _pool(NUM_PAGES, BLOCK + 1, 2, 3),
+        },
+    },
+    "draft pages with other num_pages than the base pages": {
+        "kv_pages": {"2.k": _pool(NUM_PAGES, BLOCK, 2, 3)},
+        "draft_kv_pages": {"2.k": _pool(NUM_PAGES + 1, BLOCK, 1, 4)},
+    },
+    "draft pages with another block_size than the base pages": {
+        "kv_pages": {"2.k": _pool(NUM_PAGES, BLOCK, 2, 3)},
+        "draft_kv_pages": {"2.k": _pool(NUM_PAGES, BLOCK + 1, 1, 4)},
+    },
+    "draft pages with different num_pages": {
+        "kv_pages": {"2.k": _pool(NUM_PAGES, BLOCK, 2, 3)},
+        "draft_kv_pages": {
+            "2.k": _pool(NUM_PAGES, BLOCK, 1, 4),
+            "2.v": _pool(NUM_PAGES + 1, BLOCK, 1, 4),
+        },
+    },
+    "draft pages with different block_size": {
+        "draft_kv_pages": {
+            "2.k": _pool(NUM_PAGES, BLOCK, 1, 4),
+            "2.v": _pool(NUM_PAGES, BLOCK - 1, 1, 4),
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(INCONSISTENT_POOLS))
+def test_live_state_rejects_inconsistent_pools(impl: Implementation, case: str) -> None:
+    """``LiveState`` refuses pools whose leading dimensions disagree, and so does building
+    a storage from a live state whose dictionaries were made inconsistent afterwards."""
+    pools = INCONSISTENT_POOLS[case]
+    with pytest.raises(LayoutMismatchError):
+        LiveState(
+            recurrent=pools.get("recurrent", {}),
+            kv_pages=pools.get("kv_pages", {}),
+            draft_kv_pages=pools.get("draft_kv_pages", {}),
+        )
+    live = make_live(torch.Generator().manual_seed(19))
+    for group, tensors in pools.items():
+        getattr(live, group).update(tensors)
+    with pytest.raises(LayoutMismatchError):
+        build(impl, live)
+
+
+def test_live_state_clone_shares_no_storage() -> None:
+    """``LiveState.clone`` copies every tensor, draft pages included, bit for bit."""
+    live = make_live(torch.Generator().manual_seed(20))
+    assert live.draft_kv_pages, "the case needs draft pages"
+    copy = live.clone()
+    for group in ("recurrent", "kv_pages", "draft_kv_pages"):
+        original, cloned = getattr(live, group), getattr(copy, group)
+        assert cloned.keys() == original.keys(), f"clone changed the {group} names"
+        for name, tensor in original.items():
+            assert cloned[name].data_ptr() != tensor.data_ptr(), (
+                f"clone shares the storage of {group}[{name!r}]"
+            )
+            assert same_bits(cloned[name], tensor), f"clone changed the bits of {group}[{name!r}]"
 
 
 #: A storage operation run with ``stream`` (``None``: without one).
