@@ -64,6 +64,9 @@ def result_doc(
             "evictions": {"checkpoint:capacity": evictions, "kv:lru": 2 * evictions},
             "checkpoint_bytes_in_use": {"final": slots * 2**20, "peak": slots * 2**20},
             "ttft": {"p50_s": 0.01 + seed / 1000, "p90_s": 0.02, "p99_s": 0.05, "count": 9},
+            "sim_time_s": 50.0,
+            "decode_tokens": 2_000,
+            "compute_busy_s": 12.5,
         },
         "lockstep": {"ok": True, "counts": {}, "violations": []},
         "series": {
@@ -147,7 +150,11 @@ def test_report_draws_every_figure_and_tabulates_every_result(tmp_path: Path) ->
         assert row["pool (GiB)"] == f"{doc['pools']['checkpoint_slots'] * 50 / 1024:.2f}"
         assert row[MEMORY] == "40.00 / 2.00 / 8.00 / 17.50"
         assert row["lockstep ok"] == "yes"
-    assert "GPU memory" not in rows[0]  # a share that read 100% for every default-sized run
+        assert row["output tok/s"] == "40" and row["compute busy"] == "25.0%"
+    assert "GPU memory" not in rows[0]
+    assert (
+        "spec accepted" not in rows[0]
+    )  # no result drafted tokens  # a share that read 100% for every default-sized run
     assert "- GPU memory: 90.0 GiB usable (90% of one GPU's 100.0 GiB)" in summary
 
 
@@ -671,3 +678,12 @@ def test_figures_mark_runs_that_do_not_fit_one_gpu(tmp_path: Path) -> None:
         figure = maker(fits)
         assert isinstance(figure, Figure)
         assert not figure.get_supxlabel()
+
+
+def test_speculative_results_show_their_acceptance(tmp_path: Path) -> None:
+    docs = [result_doc("turns", "lru", 8, 0, 0.2), result_doc("turns", "fifo", 8, 0, 0.3)]
+    docs[0]["totals"]["speculative"] = {"proposed": 400, "accepted": 300}
+    del docs[1]["totals"]["sim_time_s"]
+    rows = table_rows(build_report(write_results(tmp_path, docs)).read_text())
+    assert [row["spec accepted"] for row in rows] == ["75.0%", "n/a"]
+    assert (rows[1]["output tok/s"], rows[1]["compute busy"]) == ("n/a", "n/a")

@@ -100,6 +100,7 @@ def table_axes(rows: Sequence[Row]) -> dict[str, str]:
 def table(rows: Sequence[Row]) -> list[str]:
     """The summary's results table, one line per result."""
     axes = table_axes(rows)
+    speculative = any(row.total("speculative", "proposed") for row in rows)
     headers = [
         "file",
         "policy (placement × eviction)",
@@ -115,6 +116,9 @@ def table(rows: Sequence[Row]) -> list[str]:
         "preemptions",
         "TTFT p50 (s)",
         "TTFT p99 (s)",
+        "output tok/s",
+        "compute busy",
+        *(["spec accepted"] if speculative else []),
         MEMORY_COLUMN,
         "lockstep ok",
     ]
@@ -145,11 +149,35 @@ def table(rows: Sequence[Row]) -> list[str]:
             "n/a" if preemptions is None else str(int(preemptions)),
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
+            _fmt(_ratio(row.total("decode_tokens"), row.total("sim_time_s")), ".0f"),
+            _percent(_ratio(row.total("compute_busy_s"), row.total("sim_time_s"))),
+            *(
+                [
+                    _percent(
+                        _ratio(
+                            row.total("speculative", "accepted"),
+                            row.total("speculative", "proposed"),
+                        )
+                    )
+                ]
+                if speculative
+                else []
+            ),
             memory_cell(row),
             "n/a" if ok is None else ("yes" if ok else "**NO**"),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def memory_cell(row: Row) -> str:
