@@ -128,6 +128,14 @@ def test_unknown_policy_name(tmp_path: Path) -> None:
     assert "did you mean 'turns'?" in str(error)
 
 
+def test_a_name_in_the_wrong_case_gets_its_spelling(tmp_path: Path) -> None:
+    """difflib alone finds no match for "LRU" among lower-case names."""
+    text = TINY.replace('policy = "turns"', 'policy = "TURNS"')
+    assert "did you mean 'turns'?" in str(load_error(tmp_path, text))
+    text = TINY.replace("[cache]", '[model]\nname = "Nemotron-H-8B"\n\n[cache]')
+    assert "did you mean 'nemotron-h-8b'?" in str(load_error(tmp_path, text))
+
+
 def test_unknown_model(tmp_path: Path) -> None:
     text = TINY.replace("[cache]", '[model]\nname = "nemotron-h-9b"\n\n[cache]')
     error = load_error(tmp_path, text)

@@ -80,8 +80,12 @@ MISSING: Any = _Missing()
 
 
 def suggestion(name: str, known: list[str]) -> str:
-    """``"; did you mean 'x'?"`` for a near-miss of ``name`` among ``known``, else ``""``."""
-    close = difflib.get_close_matches(name, known, n=1)
+    """``"; did you mean 'x'?"`` for a near-miss of ``name`` among ``known``, else ``""``.
+
+    Case is ignored first (``"LRU"`` -> ``'lru'``), then close spellings are looked for.
+    """
+    folded = [entry for entry in known if entry.casefold() == name.casefold()]
+    close = folded or difflib.get_close_matches(name, known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
