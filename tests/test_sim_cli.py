@@ -219,6 +219,14 @@ def test_simulate_first_says_what_it_simulates(capsys: pytest.CaptureFixture[str
     assert main(["simulate", "--requests", "3", "--workload", "few-shot"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert re.search(r"; \d+ checkpoint slots, \d+ KV blocks of 16 tokens;", first), first
+    # A real-tensor backend says whose tensors move and whose sizes are priced:
+    assert main(
+        ["simulate", "--requests", "2", "--workload", "chat", "--backend", "reference"]
+    ) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(
+        "backend reference (tensors of the tiny model; sizes and times priced as nemotron-h-8b)"
+    ), first
 
 
 def test_every_simulate_option_says_its_default() -> None:

@@ -430,6 +430,9 @@ def describe_run(
         else ""
     )
     backend = config.backend + (f" ({config.impl})" if config.impl else "")
+    if config.backend in REAL_TENSOR_BACKENDS:
+        # The tensors are the tiny model's; bytes, FLOPs and times are the named model's.
+        backend += f" (tensors of the tiny model; sizes and times priced as {config.model})"
     return (
         f"simulate: {config.model} on {config.gpu}; placement {config.placement} ({placement}); "
         f"eviction {eviction}; {source}, {requests} requests, {arrivals}; "
