@@ -253,15 +253,20 @@ class Timing:
     host_bound: bool
 
 
-def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> Timing:
+def time_calls(
+    fn: Callable[[], object], device: torch.device, warmup: int, repeats: int, *, tries: int = 3
+) -> Timing:
     """Host and device seconds per call of ``fn`` over ``repeats`` calls after ``warmup``.
 
     On CUDA the device time is measured with events around calls that the host enqueued
     ahead of the device: the current stream first spins (``torch.cuda._sleep``, a
     private helper PyTorch's own tests use) for longer than the host needs to enqueue
     every call, so the events time the queued work back to back and not the host's
-    Python. Whether the head start sufficed is checked, not assumed
-    (:attr:`Timing.host_bound`). Elsewhere both times are ``time.perf_counter`` means.
+    Python. Whether the head start sufficed is checked, not assumed: the event after
+    the spin must still be pending once the last call is enqueued. If it was not, the
+    measurement is repeated with twice the head start, up to ``tries`` times, and
+    :attr:`Timing.host_bound` reports the last. Elsewhere both times are
+    ``time.perf_counter`` means.
     """
     for _ in range(warmup):
         fn()
@@ -271,16 +276,30 @@ def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repe
             fn()
         mean = (time.perf_counter() - start_s) / repeats
         return Timing(mean, mean, host_bound=False)
-    torch.cuda.synchronize(device)
-    start_s = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    host_total = time.perf_counter() - start_s
+    with torch.cuda.device(device):
+        torch.cuda.synchronize(device)
+        start_s = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        host_total = time.perf_counter() - start_s
+        head_start_s = 1.5 * host_total + 0.005
+        for _ in range(tries):
+            device_s, ahead = _queued_seconds(fn, device, repeats, head_start_s)
+            if ahead:
+                break
+            head_start_s *= 2
+    return Timing(host_total / repeats, device_s, host_bound=not ahead)
+
+
+def _queued_seconds(
+    fn: Callable[[], object], device: torch.device, repeats: int, head_start_s: float
+) -> tuple[float, bool]:
+    """Device seconds per call of ``repeats`` calls queued behind a ``head_start_s`` spin,
+    and whether the spin outlasted the enqueueing (on the current CUDA device)."""
     torch.cuda.synchronize(device)
     start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    head_start = int(_cycles_per_second(device) * (1.5 * host_total + 0.005))
-    torch.cuda._sleep(head_start)  # type: ignore[no-untyped-call]
+    torch.cuda._sleep(int(_cycles_per_second(device) * head_start_s))  # type: ignore[no-untyped-call]
     start.record()
     for _ in range(repeats):
         fn()
@@ -288,23 +307,26 @@ def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repe
     # The spin still ran when the last call was enqueued: the device never waited.
     ahead = not start.query()  # type: ignore[no-untyped-call]
     end.synchronize()
-    device_s = float(start.elapsed_time(end)) / 1e3 / repeats
-    return Timing(host_total / repeats, device_s, host_bound=not ahead)
+    return float(start.elapsed_time(end)) / 1e3 / repeats, ahead
 
 
 _CYCLES_PER_SECOND: dict[torch.device, float] = {}
 
 
 def _cycles_per_second(device: torch.device) -> float:
-    """``torch.cuda._sleep`` cycles per second on ``device`` (measured once)."""
+    """``torch.cuda._sleep`` cycles per second on ``device`` (measured once, after a first
+    spin that pays the launch's one-time costs)."""
     if device not in _CYCLES_PER_SECOND:
         cycles = 20_000_000
-        torch.cuda.synchronize(device)
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
-        end.record()
-        end.synchronize()
-        _CYCLES_PER_SECOND[device] = cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-6)
+        with torch.cuda.device(device):
+            torch.cuda._sleep(1_000)  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize(device)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
+            end.record()
+            end.synchronize()
+            seconds = max(float(start.elapsed_time(end)) / 1e3, 1e-6)
+        _CYCLES_PER_SECOND[device] = cycles / seconds
     return _CYCLES_PER_SECOND[device]

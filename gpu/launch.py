@@ -22,10 +22,12 @@ BLOCK = 1024
 MAX_CHUNKS = 65_535
 #: Largest first grid dimension CUDA accepts.
 MAX_JOBS = 2**31 - 1
-#: Chunks each program copies (at least; more when a job exceeds ``MAX_CHUNKS`` chunks).
-#: 1 maximises parallelism; more means fewer programs, and fewer that find nothing to do
-#: when a launch mixes large and small blocks (the grid is sized by the largest). Which
-#: is faster is a question for a GPU: ``hyckpt bench gpu --chunks-per-program``.
+#: Chunks each program copies at most (more only when a job exceeds ``MAX_CHUNKS``
+#: programs). 1 maximises parallelism; more means fewer programs, and fewer that find
+#: nothing to do when a launch mixes large and small blocks (the grid is sized by the
+#: largest). Which is faster is a question for a GPU: ``hyckpt bench gpu
+#: --chunks-per-program``. ``ROUNDS`` is a constexpr, so each distinct round count
+#: compiles the kernel once more.
 CHUNKS_PER_PROGRAM = 1
 
 

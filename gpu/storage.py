@@ -23,6 +23,7 @@ to completion before the call returns and the event is :data:`gpu.device.COMPLET
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -55,28 +56,40 @@ from reference.storage import (
 Indices = Sequence[int] | torch.Tensor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Descriptor:
     """A cached slot-mode table: on the device once ``ready`` completed.
 
-    ``tensors`` (the table, the slabs and live tensors it addresses) are held, so no
-    other tensor can take their addresses while the table is cached; each stream the
-    table is used on is recorded for them once (``streams``).
+    The live tensors it addresses are held by weak reference: the cache must not keep a
+    replaced pool alive, and a dead reference invalidates the entry, so a new tensor
+    that took a freed one's address is never mistaken for a recorded one. On each
+    stream the table is used on, ``use_on`` waits for the upload and records the
+    table, the slabs and the live tensors with the allocator, once (``streams``).
     """
 
     key: tuple[object, ...]
     meta: SlotTable
     table: torch.Tensor
     ready: dev.Event  # recorded after the upload, on the stream that uploaded it
-    tensors: tuple[torch.Tensor, ...]
+    slabs: tuple[torch.Tensor, ...]  # owned by the storage
+    live: tuple[weakref.ref[torch.Tensor], ...]
     streams: set[object] = field(default_factory=set)
 
+    def serves(self, key: tuple[object, ...], live: Sequence[torch.Tensor]) -> bool:
+        """Whether the entry describes exactly these live tensors (same objects, layout)."""
+        return self.key == key and all(
+            ref() is tensor for ref, tensor in zip(self.live, live, strict=True)
+        )
+
     def use_on(self, stream: dev.Stream) -> None:
-        """Order ``stream`` after the upload; keep every tensor's memory for it."""
+        """Order ``stream`` after the upload and keep every tensor's memory for it (once
+        per stream: later launches there are ordered after the first anyway)."""
+        if stream is None or stream in self.streams:
+            return
         dev.wait_event(stream, self.ready)
-        if stream is not None and stream not in self.streams:
-            dev.keep_alive(self.tensors, stream)
-            self.streams.add(stream)
+        alive = [tensor for tensor in (ref() for ref in self.live) if tensor is not None]
+        dev.keep_alive([self.table, *self.slabs, *alive], stream)
+        self.streams.add(stream)
 
 
 class GpuStorage(ReferenceStorage):
@@ -540,7 +553,8 @@ class GpuStorage(ReferenceStorage):
         )
         with dev.on_stream(stream_):
             table = table_tensor(meta.rows, DESC_FIELDS, self._device)
-        dev.keep_inputs_alive([hidden, slab], stream_)
+        dev.keep_alive([slab], stream_)  # the storage's own slab: on every stream
+        dev.keep_inputs_alive([hidden], stream_)
         offsets = [b * hidden.stride(0) + p * hidden.stride(1) for _, b, p in checked]
         pairs = pair_rows([s for s, _, _ in checked], offsets)
         launch_slots(table, meta, pairs, to_live=to_live, device=self._device, stream=stream_)
@@ -577,11 +591,15 @@ class GpuStorage(ReferenceStorage):
     def _descriptor(self, groups: tuple[str, ...], stream: dev.Stream) -> _Descriptor:
         """The slot-mode table of ``groups`` for the current live tensors (cached)."""
         key: list[object] = []
+        live: list[torch.Tensor] = []
         for group in groups:
-            live = self._live_group(group)
-            key += [(group, n, live[n].data_ptr(), live[n].stride()) for n in self._slabs[group]]
+            tensors = self._live_group(group)
+            live += [tensors[n] for n in self._slabs[group]]
+            key += [
+                (group, n, tensors[n].data_ptr(), tensors[n].stride()) for n in self._slabs[group]
+            ]
         cached = self._descriptors.get(groups)
-        if cached is not None and cached.key == tuple(key):
+        if cached is not None and cached.serves(tuple(key), live):
             return cached
         meta = SlotTable.join(
             [
@@ -597,10 +615,14 @@ class GpuStorage(ReferenceStorage):
         )
         with dev.on_stream(stream):
             table = table_tensor(meta.rows, DESC_FIELDS, self._device)
-        tensors = [table]
-        for group in groups:
-            tensors += [*self._slabs[group].values(), *self._live_group(group).values()]
-        descriptor = _Descriptor(tuple(key), meta, table, dev.record_event(stream), tuple(tensors))
+        descriptor = _Descriptor(
+            tuple(key),
+            meta,
+            table,
+            dev.record_event(stream),
+            tuple(slab for group in groups for slab in self._slabs[group].values()),
+            tuple(weakref.ref(tensor) for tensor in live),
+        )
         self._descriptors[groups] = descriptor
         return descriptor
 

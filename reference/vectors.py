@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reference.errors import HyckptError
+from reference.errors import HyckptError, InvalidConfigError
 from reference.vectors_index import index_cases
 from reference.vectors_placement import placement_cases
 from reference.vectors_record import REGENERATE, Recorder
@@ -142,13 +142,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.out)
     if args.check:
+        if directory.exists() and not directory.is_dir():
+            raise InvalidConfigError(f"--out {directory} is not a folder")
+        regenerate = REGENERATE if args.out == "vectors" else f"hyckpt vectors --out {args.out}"
         differing = stale(directory)
         absent = missing(directory)
         for name in differing:
             if name in absent:
-                print(f"{directory / name} is missing; write it with {REGENERATE}")
+                print(f"{directory / name} is missing; write it with {regenerate}")
             else:
-                print(f"{directory / name} is not what the generator writes now; run {REGENERATE}")
+                print(f"{directory / name} is not what the generator writes now; run {regenerate}")
         if not differing:
             files = " and ".join(str(directory / name) for name in FILES)
             print(f"vectors: ok ({files} match the generator)")

@@ -20,7 +20,7 @@ from reference.protocol_server import Session, reference_implementation
 from reference.vectors_replay import bound_value, expectation, resolve
 
 #: Command that regenerates the committed vector files.
-REGENERATE = "python -m reference.vectors  (or: hyckpt vectors)"
+REGENERATE = "hyckpt vectors (or: python -m reference.vectors)"
 
 
 class DesignDrift(AssertionError):

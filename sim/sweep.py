@@ -36,18 +36,15 @@ from reference.errors import InvalidConfigError
 from sim.engine.result import finite_json
 from sim.outputs import OutputPathError, check_output_dir
 from sim.report import RESULTS_DIR, build_report, git_revision
-from sim.report.data import axis_name
+from sim.report.data import SEED_AXIS, axis_name
+from sim.scenarios.runner import REPORTS_DIR, RUNS_DIR
 
 #: Executors a sweep can use.
 EXECUTORS = ("process", "dask", "serial")
-#: Axis key of the seed, when a scenario sweeps it as an axis.
-SEED_AXIS = "scenario.seed"
 #: Where ``hyckpt sweep`` writes without ``--out``, relative to the working directory:
 #: ``reports/<scenario>/runs/sweep`` (git ignores ``reports/*/runs/``), so a sweep never
 #: overwrites the committed baseline in ``reports/<scenario>/`` unless asked to with
 #: ``--out reports`` (as ``scripts/baseline-reports.sh`` does).
-REPORTS_DIR = Path("reports")
-RUNS_DIR = "runs"
 SWEEP_DIR = "sweep"
 
 
@@ -317,7 +314,7 @@ def run_sweep(
     name: str,
     axes: Mapping[str, Sequence[object]],
     seeds: Sequence[int] | None,
-    out: Path,
+    out: Path | None,
     *,
     runner: Runner = run_scenario_job,
     executor: str = "process",

@@ -124,3 +124,35 @@ def test_chunks_per_program_is_an_option_and_restored_after(
     assert launch.CHUNKS_PER_PROGRAM == 1
     assert main(_args("--device", "cpu", "--chunks-per-program", "0")) == 2
     assert "--chunks-per-program" in capsys.readouterr().err
+
+
+def test_time_calls_doubles_the_head_start_until_the_host_keeps_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA path's control flow, with the device parts stood in for: a measurement
+    the device had to wait for is repeated with twice the head start."""
+    import contextlib
+
+    import torch
+
+    from gpu import device as dev
+
+    head_starts: list[float] = []
+
+    def queued(fn: object, device: object, repeats: int, head_start_s: float) -> tuple[float, bool]:
+        head_starts.append(head_start_s)
+        return 0.25 * len(head_starts), len(head_starts) == 3  # ahead on the third try
+
+    monkeypatch.setattr(dev, "is_cuda", lambda device: True)
+    monkeypatch.setattr(dev, "_queued_seconds", queued)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    timing = dev.time_calls(lambda: None, torch.device("cuda"), warmup=0, repeats=4)
+    assert head_starts[1] == 2 * head_starts[0] and head_starts[2] == 4 * head_starts[0]
+    assert (timing.device_s, timing.host_bound) == (0.75, False)
+    head_starts.clear()
+    monkeypatch.setattr(
+        dev, "_queued_seconds", lambda *args: (head_starts.append(1), (1.0, False))[1]
+    )
+    assert dev.time_calls(lambda: None, torch.device("cuda"), 0, 4, tries=2).host_bound
+    assert len(head_starts) == 2

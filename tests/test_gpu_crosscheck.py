@@ -14,11 +14,13 @@ runs; ``cuda``: compiled kernels). The reference always runs on the CPU.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1186,6 +1188,23 @@ def test_a_cached_table_records_its_tensors_once_per_stream(
     for stream in (first, first, second, first, None):
         descriptor.use_on(stream)  # type: ignore[arg-type]
     assert recorded == [(first, 5), (second, 5)]  # table + 2 slabs + 2 live tensors
+
+
+def test_the_descriptor_cache_lets_a_replaced_live_tensor_go(device: torch.device) -> None:
+    """An engine that reallocates a pool must get its memory back: the cache holds live
+    tensors weakly, and a replaced tensor (even one at the same address) rebuilds it."""
+    live = LiveState(recurrent={"a": torch.ones((2, 3), device=device)})
+    storage = GpuStorage(live, 2, 0)
+    storage.capture_recurrent(0, 1)
+    first = storage._descriptor(("recurrent",), None)
+    old = weakref.ref(live.recurrent["a"])
+    live.recurrent["a"] = torch.full((2, 3), 2.0, device=device)
+    gc.collect()
+    assert old() is None, "the descriptor cache kept a replaced live tensor alive"
+    storage.restore_recurrent(0, 0)  # the slot holds the old tensor's ones
+    assert storage._descriptor(("recurrent",), None) is not first
+    assert_bits(live.recurrent["a"][0], torch.ones(3, device=device), "restored row")
+    assert_bits(live.recurrent["a"][1], torch.full((3,), 2.0, device=device), "other row")
 
 
 def test_cpu_streams_are_ignored_and_cuda_streams_are_checked(device: torch.device) -> None:

@@ -151,10 +151,8 @@ def test_report_draws_every_figure_and_tabulates_every_result(tmp_path: Path) ->
         assert row[MEMORY] == "40.00 / 2.00 / 8.00 / 17.50"
         assert row["lockstep ok"] == "yes"
         assert row["output tok/s"] == "40" and row["compute busy"] == "25.0%"
-    assert "GPU memory" not in rows[0]
-    assert (
-        "spec accepted" not in rows[0]
-    )  # no result drafted tokens  # a share that read 100% for every default-sized run
+    assert "GPU memory" not in rows[0]  # a share that read 100% for every default-sized run
+    assert "spec accepted" not in rows[0]  # no result drafted tokens
     assert "- GPU memory: 90.0 GiB usable (90% of one GPU's 100.0 GiB)" in summary
 
 

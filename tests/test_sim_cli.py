@@ -150,10 +150,12 @@ def test_simulate_checks_output_paths_first(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--checkpoint-gib", "nan"], "--checkpoint-gib must be a finite number > 0"),
-        (["--checkpoint-gib", "inf"], "--checkpoint-gib must be a finite number > 0"),
-        (["--checkpoint-gib", "-1"], "--checkpoint-gib must be a finite number > 0"),
+        (["--checkpoint-gib", "nan"], "--checkpoint-gib must be a finite number of GiB"),
+        (["--checkpoint-gib", "inf"], "--checkpoint-gib must be a finite number of GiB"),
+        (["--checkpoint-gib", "-1"], "--checkpoint-gib must be a finite number of GiB"),
         (["--checkpoint-gib", "0.000001"], "at least one checkpoint slot"),
+        (["--checkpoint-gib", "1e-12"], "--checkpoint-gib must be a finite number of GiB"),
+        (["--trace", "/no/such/trace.jsonl"], "--trace must be an existing file"),
         (["--seed", "-1"], "--seed must be an integer >= 0"),
         (["--workload", "chat", "--trace", str(DATA / "session_trace.jsonl")], "not both"),
         (["--trace-format", "mooncake"], "--trace-format needs --trace"),
@@ -277,6 +279,9 @@ def test_a_large_real_tensor_run_is_announced(
     warning = work_warning("reference", [1000] * 1000)
     assert warning is not None
     assert "1000000 prompt tokens" in warning and "--requests 60 " in warning
+    huge = work_warning("reference", [200_000, 10])
+    assert huge is not None and "Even the first request holds 200000 prompt tokens" in huge
+    assert "--requests" not in huge.split("save).")[1].split(";")[0]
     monkeypatch.setattr(command, "LARGE_REAL_TOKENS", 10)
     argv = ["simulate", "--workload", "chat", "--requests", "2", "--backend", "reference"]
     argv += ["--block-size", "8", "--token-budget", "64", "--max-num-seqs", "2", "--quiet"]

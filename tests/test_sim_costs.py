@@ -16,7 +16,7 @@ from reference.sizes import (
     recurrent_bytes_per_sequence,
 )
 from sim.engine import SimConfig, run_simulation
-from sim.engine.command import summary_lines
+from sim.engine.command import summary_lines, warning_lines
 from sim.engine.costs import GPU_PRESETS, CostModel, get_gpu
 from tests.test_sim_doubles import make_request
 
@@ -107,7 +107,8 @@ def test_configurations_that_do_not_fit_are_reported_not_hidden() -> None:
     assert plan["overcommit_bytes"] > 0
     result = run_simulation(config, [make_request("a", 0.0, range(40))])
     assert result.pools["memory"] == plan
-    (warning,) = [line for line in summary_lines(result) if line.startswith("WARNING")]
+    assert not [line for line in summary_lines(result) if "WARNING" in line]  # on stderr
+    (warning,) = [line for line in warning_lines(result) if line.startswith("WARNING")]
     assert "does not fit one GPU" in warning and "weights 149.0" in warning
     fits = run_simulation(SimConfig(), [make_request("a", 0.0, range(40))])
-    assert not [line for line in summary_lines(fits) if line.startswith("WARNING")]
+    assert not warning_lines(fits)

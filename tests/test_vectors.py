@@ -156,6 +156,11 @@ def test_vectors_check_names_missing_files_and_says_ok(
     assert main(["vectors", "--out", str(tmp_path / "missing"), "--check"]) == 1
     out = capsys.readouterr().out
     assert out.count("is missing") == len(FILES) and "is not what" not in out
+    assert f"hyckpt vectors --out {tmp_path / 'missing'}" in out  # how to write them there
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["vectors", "--out", str(afile), "--check"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
     assert main(["vectors", "--out", str(VECTORS), "--check"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("vectors: ok")

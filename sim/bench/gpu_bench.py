@@ -460,7 +460,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="chunks of 8 KiB (BLOCK words) each kernel program copies: fewer, longer "
+        help="chunks (BLOCK words: 8 KiB of 8-byte words) each kernel program copies at "
+        "most: fewer, longer "
         "programs (default: %(default)s; see gpu.launch.CHUNKS_PER_PROGRAM)",
     )
     parser.add_argument(

@@ -29,7 +29,7 @@ from sim.engine.config import (
     Faults,
     SimConfig,
 )
-from sim.engine.costs import GPU_PRESETS
+from sim.engine.costs import GIB, GPU_PRESETS
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sequence import RequestLike
@@ -37,15 +37,14 @@ from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 from sim.outputs import check_output_file, write_text_atomic
 
-GIB = 2**30
 #: The workload ``hyckpt simulate`` runs without ``--workload`` or ``--trace``.
 DEFAULT_WORKLOAD = "agentic"
 #: Requests ``hyckpt simulate`` runs without ``--requests``.
 DEFAULT_REQUESTS = 1000
 #: Backends that run the tiny model on real tensors (slow: see :data:`REAL_TOKENS_PER_S`).
 REAL_TENSOR_BACKENDS = ("reference", "gpu", "external")
-#: Prompt tokens a real-tensor backend prefills per second, roughly (the reference backend
-#: on one CPU core, decode included; the gpu backend in Triton's interpreter is slower).
+#: Prompt tokens a real-tensor backend prefills per second, roughly (the reference and
+#: gpu backends on one CPU core, decode included; measured on the development machine).
 REAL_TOKENS_PER_S = 1000
 #: A real-tensor run of more prompt tokens than this gets a warning with a smaller
 #: ``--requests`` (about two minutes' work).
@@ -186,10 +185,10 @@ def check_args(args: argparse.Namespace) -> None:
             f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
         )
     gib = args.checkpoint_gib
-    if not math.isfinite(gib) or gib <= 0 or gib * GIB > MAX_BUDGET_BYTES:
+    if not math.isfinite(gib) or int(gib * GIB) < 1 or gib * GIB > MAX_BUDGET_BYTES:
         raise InvalidConfigError(
-            f"--checkpoint-gib must be a finite number > 0 and <= {MAX_BUDGET_BYTES // GIB}, "
-            f"got {gib}"
+            f"--checkpoint-gib must be a finite number of GiB >= 1 byte and <= "
+            f"{MAX_BUDGET_BYTES // GIB}, got {gib}"
         )
 
 
@@ -216,11 +215,9 @@ def option_message(message: str) -> str:
         flag = OPTION_OF_FIELD.get(field)
         if flag is None:
             return match.group(0)
-        if value is None:
-            return flag
-        if field == "checkpoint_budget_bytes":
-            return f"{flag} ({value} bytes)"
-        return f"{flag} {value}"
+        if field == "checkpoint_budget_bytes":  # the option is in GiB, the field in bytes
+            return f"{flag} (as {value} bytes)" if value is not None else f"{flag} (in bytes)"
+        return flag if value is None else f"{flag} {value}"
 
     return re.sub(r"SimConfig\.(\w+)(?:=(\S+))?", option, message)
 
@@ -286,9 +283,9 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def summary_lines(result: SimResult, *, warnings: bool = True) -> list[str]:
-    """A short human-readable summary of a run; with ``warnings``, the
-    :func:`warning_lines` at the end (``hyckpt simulate`` prints those on stderr)."""
+def summary_lines(result: SimResult) -> list[str]:
+    """A short human-readable summary of a run (its :func:`warning_lines` are printed
+    apart, on stderr, so that ``--quiet`` keeps them)."""
     t = result.totals
     ttft = t["ttft"]
     requests = t["requests"]
@@ -314,8 +311,6 @@ def summary_lines(result: SimResult, *, warnings: bool = True) -> list[str]:
         if lockstep["ok"]
         else "lockstep: VIOLATIONS " + ", ".join(f"{k} {v}" for k, v in counts.items()),
     ]
-    if warnings:
-        lines += warning_lines(result)
     return lines
 
 
@@ -402,12 +397,16 @@ def work_warning(
         if total > budget:
             break
         count += 1
+    shorter = (
+        f"{smaller.format(count)} would take about a minute"
+        if count
+        else f"Even the first request holds {lengths[0]} prompt tokens"
+    )
     return (
         f"WARNING: the {backend} backend runs the tiny model on real tensors, about "
         f"{REAL_TOKENS_PER_S} prompt tokens a second; these {len(lengths)} requests hold "
         f"{tokens} prompt tokens: up to about {_duration(tokens / REAL_TOKENS_PER_S)} "
-        f"(less what prefix hits save). {smaller.format(max(1, count))} would take about a "
-        f"minute{other}"
+        f"(less what prefix hits save). {shorter}{other}"
     )
 
 
@@ -456,6 +455,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except InvalidConfigError as error:
         if str(error).startswith("requests must"):  # the option's own name
             raise InvalidConfigError(f"--{error}") from None
+        if str(error).startswith("JsonlTraceConfig.path "):  # the trace file itself
+            raise InvalidConfigError(f"--trace {str(error).split(' ', 1)[1]}") from None
         raise
     requests = args.requests
     warnings: list[str] = []
@@ -475,7 +476,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.json:
         write_text_atomic(args.json, result.to_json() + "\n")
     if not args.quiet:
-        for line in summary_lines(result, warnings=False):
+        for line in summary_lines(result):
             print(line, file=stream)
         print(f"wall time {result.wall_s:.2f} s", file=stream)
     for line in warning_lines(result):

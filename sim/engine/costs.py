@@ -57,10 +57,10 @@ from reference.sizes import (
 TERA = 10**12
 """FLOP/s or bytes/s in a tera (decimal, as datasheets count)."""
 GIB = 2**30
-"""Bytes in a GiB. Datasheets write HBM capacity as "GB", but HBM stacks come in powers
-of two (an H100's 80 GB are five 16 GiB stacks) and ``nvidia-smi`` reports binary sizes
-a little under the datasheet figure read as GiB (driver reservations, which the 0.9
-memory utilisation absorbs); read as decimal GB they would be ~7 % short."""
+"""Bytes in a GiB. Datasheets write HBM capacity as "GB", but HBM capacities are binary
+(an H100's 80 GB are five 16 GiB stacks) and a device reports close to the datasheet
+figure read as GiB (the 0.9 memory utilisation absorbs the rest); read as decimal GB
+they would be ~7 % short."""
 
 
 @dataclass(frozen=True)

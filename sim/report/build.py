@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.engine.config import MEMORY_PARTS
+from sim.engine.costs import GIB
 from sim.report.data import OVERCOMMIT_MARK, ReportError, Row, axis_name, load_results
 
 #: Where a report folder keeps its result files.
@@ -46,7 +47,6 @@ def _cell(value: object) -> str:
     return str(value).replace("|", "\\|")
 
 
-GIB = 2**30
 #: Swept axes the table shows in columns of their own already (policy, pool, seed).
 SHOWN_AXES = frozenset(
     {"placement.policy", "eviction.policy", "cache.checkpoint_slots", "scenario.seed"}
@@ -56,9 +56,10 @@ MEMORY_COLUMN = "memory GiB (weights / live / pool / KV)"
 
 #: What the less obvious columns mean, printed under the table.
 TABLE_NOTES = (
-    "Hit rates are over admitted requests' first admissions; FLOPs saved counts each "
-    "request's first issued restore (restores after a preemption are `resume_flops_saved` "
-    "in the JSON). Pool: the checkpoint pool, in slots and GiB. "
+    "Hit rates are over admitted requests' first admissions; FLOPs saved counts the "
+    "restores issued at first admissions, the same population (every restore after a "
+    "preemption is `resume_flops_saved` in the JSON). Pool: the checkpoint pool, in slots "
+    "and GiB. "
     f"{MEMORY_COLUMN}: the run's GPU memory plan (`pools.memory`) — model weights, live "
     "recurrent state (`max_num_seqs` sequences), checkpoint pool, KV pool. Unless "
     "`kv_blocks` is set, the KV pool takes what the others leave of the usable memory (GPU "

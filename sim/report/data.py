@@ -197,7 +197,7 @@ class Configuration:
         shown = [f"{axis_name(k)}={v}" for k, v in self.values.items() if k not in hidden]
         if not hidden or not shown:
             return self.label
-        return ", ".join(shown) + (" †" if self.overcommitted else "")
+        return ", ".join(shown) + (f" {OVERCOMMIT_MARK}" if self.overcommitted else "")
 
 
 #: Marks a configuration, line or run whose memory plan does not fit one GPU.

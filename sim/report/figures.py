@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
+from sim.engine.costs import GIB
 from sim.report.data import (
     CURVE_AXES,
     OVERCOMMIT_MARK,
@@ -28,7 +29,6 @@ from sim.report.data import (
     varying_axes,
 )
 
-GIB = 2**30
 #: Resolution of every figure (fixed, so the PNG bytes are too).
 DPI = 100
 #: At most this many entries in a legend (its title says when there are more lines).

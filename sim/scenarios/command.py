@@ -109,7 +109,7 @@ def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         write_result(result, Path(args.json))
     if not args.quiet:
         print(f"scenario {scenario.name}, seed {seed}", file=stream)
-        for line in summary_lines(result, warnings=False):
+        for line in summary_lines(result):
             print(line, file=stream)
         print(f"results: {path}", file=stream)
     for line in warning_lines(result):  # under --quiet too
