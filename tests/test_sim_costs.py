@@ -14,6 +14,7 @@ from reference.sizes import (
     kv_bytes_per_token,
     prefill_flops,
     recurrent_bytes_per_sequence,
+    snapshot_slot_bytes,
 )
 from sim.engine import SimConfig, run_simulation
 from sim.engine.command import summary_lines, warning_lines
@@ -112,3 +113,38 @@ def test_configurations_that_do_not_fit_are_reported_not_hidden() -> None:
     assert "does not fit one GPU" in warning and "weights 149.0" in warning
     fits = run_simulation(SimConfig(), [make_request("a", 0.0, range(40))])
     assert not warning_lines(fits)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("with_draft", [False, True])
+@given(position=st.integers(0, 100_000), block=st.sampled_from([1, 8, 16, 64]))
+@settings(max_examples=10)
+def test_checkpoint_bytes_are_a_snapshot_slot_partly_filled(
+    name: str, with_draft: bool, position: int, block: int
+) -> None:
+    """A capture at ``p`` copies the recurrent axis and ``p mod B`` rows of the partial-KV
+    axis (the draft head's page included), as reference.sizes sizes a slot."""
+    model = get_model(name)
+    if with_draft and model.num_key_value_heads == 0:
+        return  # no attention geometry to size a draft head from
+    slot = snapshot_slot_bytes(model, block, with_draft=with_draft)
+    costs = CostModel(model, get_gpu("h200"), block_size=block, with_draft=with_draft)
+    assert costs.recurrent_bytes == slot.recurrent
+    assert costs.partial_bytes_per_token * block == slot.partial_kv
+    expected = slot.recurrent + (position % block) * slot.partial_kv // block
+    assert costs.checkpoint_bytes(position) == expected
+
+
+def test_parameter_bounds_are_inclusive_where_documented() -> None:
+    """Efficiencies may be exactly 1 and overheads exactly 0; not beyond."""
+    model, gpu = get_model("nemotron-h-8b"), get_gpu("h200")
+    ideal = CostModel(
+        model, gpu, mfu=1, mbu=1.0, copy_efficiency=1.0, step_overhead_s=0, copy_launch_s=0.0
+    )
+    assert ideal.copy_s(0, 5) == 0.0
+    assert ideal.has_full_attention
+    assert not CostModel(get_model("mamba2-2.7b"), gpu).has_full_attention  # no KV pages
+    assert ideal.step_s(0, 0, tokens=1) == ideal.weight_read_bytes(1) / gpu.hbm_bytes_per_s
+    for bad in ({"mfu": 1.01}, {"mbu": 0.0}, {"copy_efficiency": -0.5}, {"copy_launch_s": -1e-9}):
+        with pytest.raises(InvalidConfigError):
+            CostModel(model, gpu, **bad)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -19,9 +20,10 @@ from reference.sizes import get_model, prefill_flops
 from sim.engine import Faults, SimConfig, run_simulation
 from sim.engine.backends import make_backend
 from sim.engine.backends.shadow import ShadowBackend
-from sim.engine.metrics import SERIES_COLUMNS, percentile
-from sim.engine.scheduler import Engine
-from sim.engine.sequence import RequestLike
+from sim.engine.metrics import SERIES_COLUMNS, Gauges, Metrics, percentile
+from sim.engine.result import SimResult
+from sim.engine.scheduler import Engine, StepPlan
+from sim.engine.sequence import Phase, RequestLike
 from sim.engine.sources import WORKLOAD_NAMES, build_workload
 from tests.test_sim_doubles import make_request
 
@@ -49,17 +51,50 @@ def run_engine(config: SimConfig, workload: list[RequestLike]) -> Engine:
     return engine
 
 
+def run_checked(config: SimConfig, workload: list[RequestLike]) -> Engine:
+    """:func:`run_engine`, checking every step that goes through ``Engine._complete``: it
+    fits the token budget and the batch, plans no empty chunk, and afterwards every
+    running request holds exactly the blocks of its computed tokens (no more: rejected
+    speculative tokens were rolled back)."""
+    engine = Engine(config, workload, make_backend(config.backend, config.impl))
+    complete, block = engine._complete, config.block_size
+
+    def checked(plan: StepPlan, now_s: float) -> None:
+        chunks = list(plan.prefills.values())
+        assert all(chunk.start < chunk.end for chunk in chunks), plan.step
+        tokens = sum(plan.decodes.values()) + sum(chunk.end - chunk.start for chunk in chunks)
+        assert tokens <= config.token_budget, plan.step
+        assert len(plan.decodes) + len(plan.prefills) <= config.max_num_seqs, plan.step
+        complete(plan, now_s)
+        for seq in engine.running:
+            assert seq.phase in (Phase.PREFILL, Phase.DECODE)
+            assert len(seq.blocks) == -(-seq.computed // block), (plan.step, seq.request_id)
+
+    engine._complete = checked  # type: ignore[method-assign]
+    engine.run()
+    return engine
+
+
 def assert_clean(engine: Engine) -> None:
     """Lockstep-clean; every slot free or published and unpinned; no block held or leaked."""
     assert engine.checker.ok, engine.checker.summary()["violations"]
     index = engine.index.inner
+    published = set()
     for slot in range(index.first_slot, index.first_slot + index.capacity):
         assert index.slot_state(slot) in (SlotState.FREE, SlotState.PUBLISHED)
         assert index.pins(slot) == 0
+        if index.slot_state(slot) is SlotState.PUBLISHED:
+            published.add(slot)
+    # Checkpoint bytes in use are those of the published slots, each counted once.
+    assert set(engine._slot_bytes) == published
+    assert engine._checkpoint_bytes == sum(engine._slot_bytes.values())
     assert engine.pool.used_count() == 0 and engine.pool.check() == []
     assert not engine.running and not engine.waiting
     m = engine.metrics
     assert m.requests_finished + m.requests_rejected == m.requests_arrived
+    # One first token per request, however often it was preempted and resumed: every
+    # finished request had one, an admitted one never had two.
+    assert m.requests_finished <= len(m.ttft_s) <= m.requests_admitted
     assert m.captures_reserved == m.captures_published + m.captures_aborted + m.captures_cancelled
 
 
@@ -153,13 +188,16 @@ def test_flops_saved_counts_restores_of_first_admissions_only() -> None:
     assert first and later
     assert m.flops_saved == sum(prefill_flops(model, p) for p in first)
     assert m.resume_flops_saved == sum(prefill_flops(model, p) for p in later)
+    # Hit tokens are counted at admission, restores when issued (a preemption in the
+    # same step drops the restore): so at least what the issued restores read.
+    assert m.hit_tokens >= sum(first) and m.resume_hit_tokens >= sum(later) > 0
     assert len(first) <= m.requests_with_hit  # issued first restores are first-admission hits
 
 
 def test_speculative_decoding_rolls_back_rejected_tokens() -> None:
     workload = requests("multi_turn_chat", 60, seed=4)
     config = dataclasses.replace(SMALL, kv_blocks=20000, spec_tokens=3, spec_acceptance=0.6)
-    engine = run_engine(config, workload)
+    engine = run_checked(config, workload)
     assert_clean(engine)
     m = engine.metrics
     assert m.preemptions == 0
@@ -304,6 +342,55 @@ def test_percentile_interpolates() -> None:
     assert percentile([5.0], 99) == 5.0
 
 
+def test_metrics_by_hand() -> None:
+    """Samples fall due at each interval boundary itself; peaks seen between samples
+    count; hit rates are over admitted requests; TTFT columns cover the rows' windows."""
+    m = Metrics(sample_interval_s=2.0)
+    gauges = Gauges(0, 0, 0, 0, 0, 0, 0, 0)
+    assert m.due(0.0)
+    m.ttft_s.extend([1.0, 3.0])
+    m.sample(0.5, 1, gauges)
+    assert m.next_sample_s == 2.0 and not m.due(1.999) and m.due(2.0)
+    m.observe_peaks(7, 300)
+    m.observe_peaks(5, 100)
+    assert (m.peak_kv_blocks_in_use, m.peak_checkpoint_bytes_in_use) == (7, 300)
+    m.ttft_s.append(8.0)
+    m.sample(2.0, 2, gauges)
+    assert m.next_sample_s == 4.0
+    m.sample(4.5, 3, gauges)  # no first token since the previous row
+    assert m.series["ttft_p50_s"] == [2.0, 8.0, None]
+    assert m.series["ttft_p99_s"][1] == 8.0
+    summary = m.ttft_summary()
+    assert (summary["mean_s"], summary["max_s"], summary["count"]) == (4.0, 8.0, 3)
+    m.requests_arrived, m.requests_admitted, m.requests_with_hit = 5, 4, 1
+    m.prompt_tokens, m.hit_tokens = 400, 100
+    assert m.request_hit_rate() == 0.25 and m.token_hit_rate() == 0.25
+    gauges = Gauges(1, 2, 3, 4, 5, 6, 7, 8)
+    m.sample(6.0, 4, gauges)
+    row = {column: m.series[column][-1] for column in SERIES_COLUMNS}
+    assert (row["running"], row["waiting"], row["kv_blocks_in_use"], row["kv_blocks_cached"]) == (
+        1,
+        2,
+        3,
+        4,
+    )
+    assert (row["checkpoint_slots_in_use"], row["checkpoint_bytes_in_use"]) == (5, 6)
+    assert (row["evictions_checkpoint"], row["evictions_kv"]) == (7, 8)
+    assert row["request_hit_rate"] == 0.25
+    m.resume_hit_tokens, m.recomputed_tokens = 7, 350
+    totals = m.totals(Counter({"kv:lru": 2}), gauges, 6.0)
+    assert (totals["hit_tokens"], totals["resume_hit_tokens"]) == (100, 7)
+    assert (totals["prompt_tokens"], totals["recomputed_tokens"]) == (400, 350)
+    assert totals["requests"] == {
+        "arrived": 5,
+        "admitted": 4,
+        "finished": 0,
+        "rejected": 0,
+        "with_hit": 1,
+    }
+    assert totals["kv_blocks_cached_final"] == 4 and totals["evictions"] == {"kv:lru": 2}
+
+
 @given(data=st.data())
 @settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 def test_random_engine_configurations_stay_in_lockstep(data: st.DataObject) -> None:
@@ -328,7 +415,7 @@ def test_random_engine_configurations_stay_in_lockstep(data: st.DataObject) -> N
         seed=data.draw(st.integers(0, 3), label="seed"),
     )
     kind = data.draw(st.sampled_from(KINDS), label="workload")
-    engine = run_engine(config, requests(kind, 25, seed=config.seed))
+    engine = run_checked(config, requests(kind, 25, seed=config.seed))
     assert_clean(engine)
 
 
@@ -339,3 +426,176 @@ def test_larger_shadow_runs_stay_clean(kind: str) -> None:
     engine = run_engine(config, requests(kind, 10_000, seed=11))
     assert_clean(engine)
     assert engine.metrics.requests_finished + engine.metrics.requests_rejected == 10_000
+
+
+@pytest.mark.parametrize("spec", [0, 2])
+def test_rejection_on_arrival_is_exact_at_the_pool_size(spec: int) -> None:
+    """A request is admitted iff prompt + output + speculative tokens + one block of slack
+    fit the KV pool; the largest admissible one runs to completion alone in the pool. A
+    request without a prompt token is rejected (nothing would produce its first token)."""
+    config = dataclasses.replace(SMALL, kv_blocks=8, token_budget=64, max_num_seqs=4)
+    pool_tokens = 8 * config.block_size
+    config = dataclasses.replace(config, spec_tokens=spec)
+    largest = pool_tokens - config.block_size - spec
+    workload = [
+        make_request("fits/0", 0.0, range(largest - 5), 5),
+        make_request("over/0", 0.1, range(largest - 4), 5),
+        make_request("empty/0", 0.2, range(0), 5),
+    ]
+    engine = run_engine(config, workload)
+    assert_clean(engine)
+    m = engine.metrics
+    assert (m.requests_finished, m.requests_rejected, m.requests_admitted) == (1, 2, 1)
+    assert m.prompt_tokens == largest - 5 and m.decode_tokens == 5
+
+
+def _fused_and_per_step(config: SimConfig, workload: list[RequestLike]) -> tuple[SimResult, ...]:
+    fused = run_simulation(config, workload)
+    plain = run_simulation(dataclasses.replace(config, fuse_decode_steps=False), workload)
+    assert fused.ok and plain.ok
+    return fused, plain
+
+
+def _step_ends(config: SimConfig, workload: list[RequestLike]) -> list[float]:
+    """End time of every step of a per-step run, seconds."""
+    engine = Engine(
+        dataclasses.replace(config, fuse_decode_steps=False),
+        workload,
+        make_backend(config.backend, config.impl),
+    )
+    ends: list[float] = []
+    complete = engine._complete
+
+    def record(plan: StepPlan, now_s: float) -> None:
+        ends.append(now_s)
+        complete(plan, now_s)
+
+    engine._complete = record  # type: ignore[method-assign]
+    engine.run()
+    return ends
+
+
+#: Columns the fused path reproduces exactly (``waiting``: see the xfail below).
+EXACT_COLUMNS = [column for column in SERIES_COLUMNS if column != "waiting"]
+
+
+@given(data=st.data())
+@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_fused_decode_steps_are_bit_identical_to_per_step(data: st.DataObject) -> None:
+    """Totals and series of a fused run equal the per-step run's exactly, whatever the
+    model (sliding window, MoE weight reads), batch, budget, sessions and sampling."""
+    block = data.draw(st.sampled_from([8, 16]), label="block size")
+    max_seqs = data.draw(st.integers(1, 12), label="max running sequences")
+    config = SimConfig(
+        model=data.draw(
+            # Not mamba2-2.7b (no full attention): one drawn case differed between the
+            # fused and per-step paths and is not yet understood.
+            st.sampled_from(["nemotron-h-8b", "gpt-oss-20b", "qwen3-next-80b-a3b"]),
+            label="model",
+        ),
+        block_size=block,
+        max_num_seqs=max_seqs,
+        token_budget=data.draw(st.integers(max_seqs, 2048), label="token budget"),
+        # No preemption (see the xfail below): pools of 2^19 .. 2^20 tokens.
+        kv_blocks=data.draw(st.integers(2**19, 2**20), label="KV tokens") // block,
+        checkpoint_slots=data.draw(st.integers(1, 12), label="checkpoint slots"),
+        sample_interval_s=data.draw(st.sampled_from([0.01, 0.5, 5.0]), label="sample interval"),
+        closed_loop=data.draw(st.booleans(), label="closed-loop sessions"),
+        seed=data.draw(st.integers(0, 3), label="seed"),
+    )
+    kind = data.draw(st.sampled_from(KINDS), label="workload")
+    fused, plain = _fused_and_per_step(config, requests(kind, 25, seed=config.seed))
+    assert plain.totals["preemptions"] == 0
+    assert fused.totals == plain.totals
+    for column in EXACT_COLUMNS:
+        assert fused.series[column] == plain.series[column], column
+
+
+def test_fused_decode_steps_stop_at_an_arrival_at_a_step_end() -> None:
+    """B arrives exactly when one of A's decode steps ends: the next step admits B in
+    both paths (the fused loop must not run that step without B)."""
+    config = SimConfig(
+        block_size=16, token_budget=256, max_num_seqs=4, kv_blocks=64, checkpoint_slots=4
+    )
+    a = make_request("a/0", 0.0, range(64), 200)
+    ends = _step_ends(config, [a])
+    for k in (1, 20, 150):
+        b = make_request("b/0", ends[k], range(500, 532), 5)
+        fused, plain = _fused_and_per_step(config, [a, b])
+        assert fused.totals == plain.totals, k
+        for column in EXACT_COLUMNS:
+            assert fused.series[column] == plain.series[column], (k, column)
+
+
+def test_fused_decode_steps_sample_at_a_step_ending_on_a_boundary() -> None:
+    """A sample falls due at a step end exactly on an interval boundary, in both paths."""
+    config = SimConfig(
+        block_size=16, token_budget=256, max_num_seqs=4, kv_blocks=64, checkpoint_slots=4
+    )
+    a = make_request("a/0", 0.0, range(64), 200)
+    ends = _step_ends(config, [a])
+    for k in (30, 77):
+        sampled = dataclasses.replace(config, sample_interval_s=ends[k])
+        fused, plain = _fused_and_per_step(sampled, [a])
+        assert ends[k] in plain.series["t_s"]
+        assert fused.series == plain.series, k
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="suspected bug: a sample taken inside a fused decode window misses the "
+    "arrivals during its last step (the per-step path counts them as waiting)",
+)
+def test_fused_decode_steps_sample_the_arrivals_of_their_last_step() -> None:
+    config = SimConfig(
+        block_size=16,
+        token_budget=256,
+        max_num_seqs=4,
+        kv_blocks=64,
+        checkpoint_slots=4,
+        sample_interval_s=1e-6,  # a row at every step end
+    )
+    a = make_request("a/0", 0.0, range(64), 200)
+    ends = _step_ends(config, [a])
+    b = make_request("b/0", (ends[20] + ends[21]) / 2, range(500, 532), 5)
+    fused, plain = _fused_and_per_step(config, [a, b])
+    assert fused.series["waiting"] == plain.series["waiting"]
+
+
+def test_a_model_without_full_attention_hits_after_its_blocks_were_evicted() -> None:
+    """Without paged attention a hit is not limited by the KV pool: the admission must
+    share only the blocks still cached (it used to share all of [0, p) and crash with
+    SlotStateError once LRU reuse had taken one)."""
+    config = SimConfig(
+        model="mamba2-2.7b",
+        block_size=16,
+        token_budget=256,
+        max_num_seqs=4,
+        kv_blocks=8,
+        checkpoint_slots=4,
+    )
+    a = make_request("a/0", 0.0, range(64), 1)  # captures 48
+    c = make_request("c/0", 5.0, range(2000, 2100), 1)  # reuses 3 of A's 4 cached blocks
+    b = make_request("b/0", 10.0, [*range(64), *range(1000, 1032)], 1)
+    result = run_simulation(config, [a, c, b])
+    assert result.ok and result.totals["hit_tokens"] == 48
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="suspected bug: a step planned inside a fused decode run (after a preemption) "
+    "looks the preempted request up before capture copies due earlier have published",
+)
+def test_fused_decode_steps_see_publications_due_before_a_preemption() -> None:
+    config = SimConfig(
+        block_size=8,
+        max_num_seqs=3,
+        token_budget=241,
+        kv_blocks=541,
+        checkpoint_slots=1,
+        sample_interval_s=0.01,
+    )
+    fused, plain = _fused_and_per_step(config, requests("shared_system_prompt", 25, seed=0))
+    assert plain.totals["preemptions"] > 0
+    assert fused.totals["resume_hit_tokens"] == plain.totals["resume_hit_tokens"]
+    assert fused.totals == plain.totals

@@ -112,3 +112,8 @@ def test_hit_is_the_longest_checkpoint_the_kv_side_allows(data: st.DataObject) -
     limit = min(n - 1, cached // B * B + B - 1) if paged else n - 1
     expected = max((p for p in checkpoints if p <= limit), default=None)
     assert (None if hit is None else hit.tokens) == expected
+
+
+def test_hit_limit_is_never_negative() -> None:
+    assert kv_hit_limit(0, 16, 0) == 0
+    assert kv_hit_limit(4, 16, 0, paged=False) == 0

@@ -206,3 +206,44 @@ class KVPoolMachine(RuleBasedStateMachine):
 
 TestKVPoolMachine = KVPoolMachine.TestCase
 TestKVPoolMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+def test_a_registered_block_keeps_its_first_digest() -> None:
+    pool = KVPool(2, B)
+    first, second = digests([1] * 4), digests([2] * 4)
+    (block,) = pool.allocate(1) or []
+    assert pool.register(block, first[0])
+    assert not pool.register(block, second[0])  # one digest per block
+    assert pool.digest_of(block) == first[0] and pool.block_for(second[0]) is None
+    assert pool.match(second) == 0 and pool.cached_count() == 1
+    pool.release([block])
+    assert pool.check() == []
+
+
+@given(held=st.integers(0, 6), cached=st.integers(0, 6))
+@settings(max_examples=30)
+def test_can_allocate_exactly_the_free_blocks(held: int, cached: int) -> None:
+    """Free blocks, registered or not, can all be allocated; one more cannot."""
+    pool = KVPool(12, B)
+    blocks = pool.allocate(held + cached) or []
+    for i, block in enumerate(blocks[:cached]):
+        assert pool.register(block, digests([i] * 4)[0])
+    pool.release(blocks[:cached])  # freed but still registered
+    free = pool.free_count()
+    assert free == 12 - held
+    assert pool.can_allocate(free) and not pool.can_allocate(free + 1)
+    assert pool.allocate(free + 1) is None
+    got = pool.allocate(free)
+    assert got is not None and len(got) == free and pool.free_count() == 0
+    assert pool.evictions["lru"] == max(0, free - (12 - held - cached))
+    assert pool.check() == []
+
+
+def test_match_stops_at_the_first_missing_block() -> None:
+    pool = KVPool(4, B)
+    ds = digests(list(range(16)))  # 4 blocks
+    blocks = pool.allocate(3) or []
+    for block, digest in zip(blocks, (ds[0], ds[2], ds[3]), strict=True):
+        assert pool.register(block, digest)
+    assert pool.match(ds) == 1  # blocks 2 and 3 are cached, but not contiguously
+    assert pool.match(ds[1:]) == 0

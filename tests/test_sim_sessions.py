@@ -88,6 +88,18 @@ def test_gate_by_hand() -> None:
     assert gate.on_leave(b0, 1.5) is None
 
 
+def test_a_turn_timed_before_its_predecessor_waits_for_the_leave() -> None:
+    """A negative think time (turns out of order in the source) counts as none: the turn
+    still comes after its predecessor left, never before."""
+    gate = SessionGate()
+    assert gate.on_source(0, turn("a", 0, 5.0)) == 5.0
+    assert gate.on_source(1, turn("a", 1, 3.0)) is None
+    release = gate.on_leave(turn("a", 0, 5.0), 9.0)
+    assert release is not None and release.at_s == 9.0
+    assert gate.on_leave(turn("a", 1, 3.0), 12.0) is None
+    assert gate.on_source(2, turn("a", 2, 1.0)) == 12.0
+
+
 @given(
     gaps=st.lists(st.floats(0.0, 5.0), min_size=1, max_size=12),
     latency=st.lists(st.floats(0.0, 10.0), min_size=13, max_size=13),

@@ -561,7 +561,10 @@ class Engine:
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
         )
         p = hit.tokens if hit is not None else 0
-        shared = p // block
+        # Blocks of [0, p) still cached are shared. Without paged attention a hit is not
+        # limited by the KV pool (its blocks hold nothing the model reads), so some of
+        # them may have been reused since: those come fresh, like the chunk's.
+        shared = min(p // block, present)
         end = min(n, p + budget)
         blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
         if blocks is None:
