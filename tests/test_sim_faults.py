@@ -104,14 +104,19 @@ def test_an_index_that_evicts_pinned_slots_is_caught() -> None:
     assert reference.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="suspected bug: when the fault preempts the only request with a planned step, "
-    "the step is empty and the engine's never-spin guard rejects the head of the queue, "
-    "dropping an admitted request instead of retrying it",
-)
 def test_preemption_mid_prefill_drops_no_request() -> None:
+    """The fault preempts only a request whose step has other work: preempting a lone
+    request left an empty step, and the engine's never-spin guard dropped the request."""
     result = run(Faults(preempt_mid_prefill_rate=0.3))
     assert result.ok, result.violation_counts
     requests = result.totals["requests"]
     assert requests["rejected"] == 0 and requests["finished"] == requests["arrived"]
+    assert result.totals["preemptions"] > 0
+
+
+def test_preemption_mid_prefill_at_rate_one_still_finishes_every_request() -> None:
+    result = run(Faults(preempt_mid_prefill_rate=1.0), count=30)
+    assert result.ok, result.violation_counts
+    requests = result.totals["requests"]
+    assert requests["rejected"] == 0 and requests["finished"] == requests["arrived"] == 30
+    assert result.totals["preemptions"] > 0

@@ -110,7 +110,8 @@ class Faults:
             when it is issued; the engine must abort the reservation (abort path).
         preempt_mid_prefill_rate: probability, per step, that the youngest request with a
             scheduled prefill chunk is preempted after scheduling and before the step
-            runs; its reservations of the step must be aborted.
+            runs; its reservations of the step must be aborted. Only a step with other
+            work is drawn for, so a lone request always makes progress.
         copy_delay_s: extra seconds added to every copy-stream job, so captures complete
             (and publish) well after their step ends.
         broken_backend: the backend declines every capture strictly inside a chunk but

@@ -181,6 +181,7 @@ class Engine:
         self._gate = SessionGate() if config.closed_loop else None
         self._releases: list[float] = []  # times of scheduled releases (a heap)
         self._idle: simpy.Event | None = None
+        self._sample_deferred = False  # a fused step's sample waits for SimPy (see _fuse)
         self.step = 0
         self._block = config.block_size
         self._units_per_block = config.block_size // config.unit
@@ -333,25 +334,69 @@ class Engine:
                 if plan.restore_done is not None:
                     yield plan.restore_done
                 if fuse and plan.decode_only and not self.waiting:
-                    end = env.now + duration
-                    self._complete(plan, end)
+                    end = self._fuse(plan, env.now + duration)
                     plan = None
-                    while self._can_fuse(end):
-                        end = self._decode_window(end)
-                        if not self._can_fuse(end):
-                            break
-                        self._now = end
-                        following = self._schedule()
-                        if following.empty or not following.decode_only:
-                            plan = following  # a preemption let a request in: run it normally
-                            break
-                        end = end + self._duration(following)
-                        self._complete(following, end)
-                    yield env.timeout(end - env.now)
+                    yield from self._sleep_until(end)
+                    if self._sample_deferred:
+                        self._sample_deferred = False
+                        self._now = env.now
+                        self.metrics.sample(env.now, self.step, self.gauges())
                 else:
                     yield env.timeout(duration)
                     self._complete(plan, env.now)
                     plan = None
+
+    def _sleep_until(self, at_s: float) -> ProcessGenerator:
+        """Wait until SimPy's clock reads exactly ``at_s`` (seconds).
+
+        The fused path's step ends must equal the per-step path's bit for bit, but SimPy
+        fires a timeout at ``now + delay``, and no delay may make that sum round to
+        ``at_s`` (``now`` can carry bits below ``at_s``'s last place). So: one timeout to
+        the last float not past ``at_s``, then, if short, a second whose delay is exact
+        (the clock is then within a few ulps of ``at_s``, where subtraction is exact).
+        """
+        env = self.env
+        delay = at_s - env.now
+        while env.now + delay > at_s:
+            delay = math.nextafter(delay, -math.inf)
+        yield env.timeout(delay)
+        if env.now < at_s:
+            yield env.timeout(at_s - env.now)
+        assert env.now == at_s, (env.now, at_s)
+
+    def _fuse(self, plan: StepPlan, end_s: float) -> float:
+        """Complete the decode-only ``plan`` ending at ``end_s`` and the decode-only steps
+        that can follow it, all ahead of SimPy time; return the last one's end, seconds.
+
+        Each step is completed before SimPy reaches its end, so nothing that happens
+        before that end may be able to change it. Hence every step but the last ends
+        before the next arrival; the last one's series sample, if one is due, waits for the
+        engine to reach its end (``_sample_deferred``), so that it counts the requests that
+        arrived during that step. And no step is planned here that would preempt: a
+        readmission looks the index up, which capture copies due before the step starts
+        may still change.
+        """
+        self._complete(plan, end_s, sample=end_s < self._next_arrival_s)
+        while self._can_fuse(end_s):
+            end_s = self._decode_window(end_s)
+            if not self._can_fuse(end_s) or not self._decodes_fit():
+                break
+            self._now = end_s
+            following = self._schedule()
+            assert following.decode_only and not following.empty
+            end_s = end_s + self._duration(following)
+            self._complete(following, end_s, sample=end_s < self._next_arrival_s)
+        return end_s
+
+    def _decodes_fit(self) -> bool:
+        """The next step's decodes need no more KV blocks than are free: planning it
+        preempts nothing."""
+        spec, block = self.config.spec_tokens, self._block
+        need = 0
+        for seq in self.running:
+            tokens = 1 + max(0, min(spec, seq.output_tokens - seq.generated - 1))
+            need += max(0, -(-(seq.computed + tokens) // block) - len(seq.blocks))
+        return self.pool.can_allocate(need)
 
     def _decode_window(self, start_s: float) -> float:
         """Run decode-only steps from ``start_s`` with aggregate arithmetic; return the end.
@@ -427,6 +472,7 @@ class Engine:
             tokens += count
             now = now + duration
             self._now = now
+            crossed = now >= next_arrival  # a request arrives during this (last) step
             contexts += count
             done += 1
             finished = False
@@ -450,7 +496,10 @@ class Engine:
             if checker.step_has_reservations:  # decode steps reserve nothing
                 checker.on_step_end()
             if now >= metrics.next_sample_s:
-                metrics.sample(now, self.step, self.gauges())
+                if crossed:
+                    self._sample_deferred = True
+                else:
+                    metrics.sample(now, self.step, self.gauges())
         metrics.decode_flops += step_flops
         metrics.compute_busy_s = busy_s
         metrics.steps += steps
@@ -524,7 +573,10 @@ class Engine:
                 break
             budget -= taken
         rate = config.faults.preempt_mid_prefill_rate
-        if rate and plan.prefills and self._fault_rng.random() < rate:
+        # Only a step with other work can lose a request this way: a step left empty
+        # would make no progress (at rate 1 a lone request would be preempted forever).
+        others = len(plan.prefills) + len(plan.decodes) - 1
+        if rate and plan.prefills and others and self._fault_rng.random() < rate:
             victim = max(plan.prefills, key=lambda s: self.running.index(s))
             self._preempt(victim, plan)
         return plan
@@ -710,8 +762,11 @@ class Engine:
 
     # --- completion ----------------------------------------------------------------------
 
-    def _complete(self, plan: StepPlan, now_s: float) -> None:
-        """The step's forward pass ended at ``now_s``: write, register, advance, finish."""
+    def _complete(self, plan: StepPlan, now_s: float, *, sample: bool = True) -> None:
+        """The step's forward pass ended at ``now_s``: write, register, advance, finish.
+
+        ``sample=False`` defers a due series sample to the engine (see :meth:`_fuse`).
+        """
         self._now = now_s
         checker, metrics, backend = self.checker, self.metrics, self.backend
         checker.step = plan.step
@@ -767,7 +822,10 @@ class Engine:
         used = self.pool.used_count()
         metrics.observe_peaks(used, self._checkpoint_bytes)
         if metrics.due(now_s):
-            metrics.sample(now_s, plan.step, self.gauges())
+            if sample:
+                metrics.sample(now_s, plan.step, self.gauges())
+            else:
+                self._sample_deferred = True
 
     def _advance_decodes(self, plan: StepPlan) -> None:
         """Accept speculative tokens (seeded draws) and roll back the rejected ones."""
