@@ -320,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(handler=_run_bench_gpu, accepts_extra=True)
     benches.add_parser(
-        "sim", help="shadow simulation throughput on an agentic workload", add_help=False
+        "sim",
+        help="shadow simulation throughput, against the per-step path in the same run",
+        add_help=False,
     ).set_defaults(handler=_run_bench_sim, accepts_extra=True)
     return parser
 

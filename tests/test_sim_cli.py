@@ -89,6 +89,35 @@ def test_bench_sim_last_line(capsys: pytest.CaptureFixture[str]) -> None:
     match = THROUGHPUT.match(last)
     assert match and int(match.group(1)) > 0
     assert "lockstep ok" in out
+    assert "results bit-identical: yes" in out
+    assert re.search(r"^fused decode steps vs per-step baseline: \d+\.\d\dx faster$", out, re.M)
+
+
+def test_bench_sim_without_baseline_on_another_workload(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "sim", "--requests", "30", "--workload", "chat", "--no-baseline"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("workload: chat, 30 requests")
+    assert "baseline" not in out and THROUGHPUT.match(out.rstrip().splitlines()[-1])
+
+
+def test_bench_sim_fails_when_the_per_step_baseline_differs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.bench import sim_bench
+
+    real = sim_bench.run_simulation
+
+    def skewed(config: object, *args: object, **kwargs: object) -> object:
+        result = real(config, *args, **kwargs)  # type: ignore[arg-type]
+        if not config.fuse_decode_steps:  # type: ignore[attr-defined]
+            result.totals["steps"] += 1
+        return result
+
+    monkeypatch.setattr(sim_bench, "run_simulation", skewed)
+    assert main(["bench", "sim", "--requests", "20", "--quiet"]) == 1
+    assert "results bit-identical: NO" in capsys.readouterr().out
 
 
 def test_bench_sim_help(capsys: pytest.CaptureFixture[str]) -> None:
