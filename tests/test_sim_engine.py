@@ -555,24 +555,33 @@ def test_fused_decode_steps_sample_at_a_step_ending_on_a_boundary() -> None:
         assert fused.series == plain.series, k
 
 
-def test_fused_decode_steps_sample_the_arrivals_of_their_last_step() -> None:
-    """B arrives during the last step of A's fused window: the sample at that step's end
-    counts B as waiting, as the per-step path's does (the fused window used to take it
-    before SimPy had delivered B)."""
+@pytest.mark.parametrize(
+    ("spec_tokens", "step"),
+    [(0, 1), (0, 21), (2, 21)],
+    ids=["first step of a fused run", "inside a decode window", "planned inside a fused run"],
+)
+def test_fused_decode_steps_sample_the_arrivals_of_their_last_step(
+    spec_tokens: int, step: int
+) -> None:
+    """B arrives during a decode step of A's fused run (its first, one inside the O(1)
+    window, or with speculative tokens one planned step by step): the sample at that
+    step's end counts B as waiting, as the per-step path's does (the fused run used to
+    take it before SimPy had delivered B)."""
     config = SimConfig(
         block_size=16,
         token_budget=256,
         max_num_seqs=4,
         kv_blocks=64,
         checkpoint_slots=4,
+        spec_tokens=spec_tokens,
         sample_interval_s=1e-6,  # a row at every step end
     )
     a = make_request("a/0", 0.0, range(64), 200)
     ends = _step_ends(config, [a])
-    b = make_request("b/0", (ends[20] + ends[21]) / 2, range(500, 532), 5)
+    b = make_request("b/0", (ends[step - 1] + ends[step]) / 2, range(500, 532), 5)
     fused, plain = _fused_and_per_step(config, [a, b])
     waiting_at = dict(zip(plain.series["t_s"], plain.series["waiting"], strict=True))
-    assert waiting_at[ends[21]] == 1  # B waits at the end of the step it arrived in
+    assert waiting_at[ends[step]] == 1  # B waits at the end of the step it arrived in
     assert fused.series == plain.series
 
 
