@@ -439,6 +439,44 @@ class ExportCase:
                 out[name] = t.to(device).clone()
         return out
 
+    @classmethod
+    def two_rows(
+        cls,
+        seed: int,
+        conv: tuple[int, torch.dtype],
+        state: tuple[tuple[int, ...], torch.dtype],
+        cu_seqlens: list[int],
+        offsets: list[int],
+        destinations: list[int],
+        layout: str,
+    ) -> ExportCase:
+        """Two rows of random inputs (``conv`` = (channels, dtype), window 3) into two
+        poisoned slots."""
+        (channels, conv_dtype), (shape, state_dtype) = conv, state
+        gen = torch.Generator().manual_seed(seed)
+        return cls(
+            {
+                "raw_inputs": random_tensor((cu_seqlens[-1], channels), conv_dtype, gen),
+                "cu_seqlens": torch.tensor(cu_seqlens),
+                "initial_conv": random_tensor((2, channels, 3), conv_dtype, gen),
+                "emitted_states": random_tensor((2, *shape), state_dtype, gen),
+                "offsets": torch.tensor(offsets),
+                "destinations": torch.tensor(destinations),
+                "conv_slab": poison(torch.empty((2, channels, 3), dtype=conv_dtype)),
+                "state_slab": poison(torch.empty((2, *shape), dtype=state_dtype)),
+                "recurrent_rows": None,
+            },
+            layout,
+        )
+
+    def check(self, device: torch.device) -> None:
+        """Export with the GPU layer and with the reference: the slabs are bit-identical."""
+        call = self.on(device)
+        GpuExporter().export(**call)
+        ReferenceExporter().export(**self.kwargs)
+        for name in ("conv_slab", "state_slab"):
+            assert_bits(call[name], self.kwargs[name], name)
+
 
 @st.composite
 def export_cases(draw: st.DrawFn) -> ExportCase:
@@ -645,26 +683,8 @@ def test_jobs_of_many_chunks_and_the_chunk_loop(
     twin.ref.restore_partial_kv_paired(0, 1, 2, 13)
     twin.ref.restore_partial_kv_paired(1, 2, 0, 17)
     twin.check()
-    gen = torch.Generator().manual_seed(9)
-    case = ExportCase(
-        {
-            "raw_inputs": random_tensor((30, 70), torch.bfloat16, gen),
-            "cu_seqlens": torch.tensor([0, 2, 30]),
-            "initial_conv": random_tensor((2, 70, 3), torch.bfloat16, gen),
-            "emitted_states": random_tensor((2, 9, 130), torch.float32, gen),
-            "offsets": torch.tensor([2, 25]),
-            "destinations": torch.tensor([1, 0]),
-            "conv_slab": poison(torch.empty((2, 70, 3), dtype=torch.bfloat16)),
-            "state_slab": poison(torch.empty((2, 9, 130), dtype=torch.float32)),
-            "recurrent_rows": None,
-        },
-        "sliced",
-    )
-    call = case.on(device)
-    GpuExporter().export(**call)
-    ReferenceExporter().export(**case.kwargs)
-    for name in ("conv_slab", "state_slab"):
-        assert_bits(call[name], case.kwargs[name], name)
+    conv, state = (70, torch.bfloat16), ((9, 130), torch.float32)
+    ExportCase.two_rows(9, conv, state, [0, 2, 30], [2, 25], [1, 0], "sliced").check(device)
 
 
 def _spy_on_grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
@@ -721,26 +741,8 @@ def test_chunk_loop_with_uneven_rounds(
     twin.ref.restore_partial_kv(1, 0, 5)
     twin.ref.restore_partial_kv(0, 2, 6)
     twin.check()
-    gen = torch.Generator().manual_seed(4)
-    case = ExportCase(
-        {
-            "raw_inputs": random_tensor((9, 5), torch.float16, gen),
-            "cu_seqlens": torch.tensor([0, 4, 9]),
-            "initial_conv": random_tensor((2, 5, 3), torch.float16, gen),
-            "emitted_states": random_tensor((2, 7, 11), torch.float32, gen),
-            "offsets": torch.tensor([2, 5]),
-            "destinations": torch.tensor([0, 1]),
-            "conv_slab": poison(torch.empty((2, 5, 3), dtype=torch.float16)),
-            "state_slab": poison(torch.empty((2, 7, 11), dtype=torch.float32)),
-            "recurrent_rows": None,
-        },
-        "reversed",
-    )
-    call = case.on(device)
-    GpuExporter().export(**call)
-    ReferenceExporter().export(**case.kwargs)
-    for name in ("conv_slab", "state_slab"):
-        assert_bits(call[name], case.kwargs[name], name)
+    conv, state = (5, torch.float16), ((7, 11), torch.float32)
+    ExportCase.two_rows(4, conv, state, [0, 4, 9], [2, 5], [0, 1], "reversed").check(device)
     # The case's premise: every launch's largest job ends in a partial round.
     assert len(seen) == 5
     assert all(chunks > programs and chunks % programs for chunks, programs in seen), seen
