@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -40,14 +41,18 @@ from sim.workloads import (
     Poisson,
     Prompt,
     Request,
+    SegmentIds,
     SharedSystemPromptConfig,
     TimeDist,
     TraceArrivals,
     TraceFormatError,
     Workload,
+    WorkloadRate,
     Zipf,
     agentic_loop,
+    arrivals_from_spec,
     common_prefix,
+    component_rng,
     few_shot_branching,
     jsonl_trace,
     long_document_qa,
@@ -58,6 +63,7 @@ from sim.workloads import (
     mooncake_trace,
     multi_turn_chat,
     segment_token,
+    segment_tokens,
     shared_system_prompt,
     workload_rate,
 )
@@ -953,3 +959,709 @@ def test_hundred_thousand_chat_requests_of_metadata(capsys: pytest.CaptureFixtur
             f"{measured.requests_per_s:,.0f} requests/s, "
             f"{measured.prompt_tokens_per_s / 1e6:,.0f} M prompt tokens/s (metadata only)"
         )
+
+
+# --- pinned by mutation testing: distributions and random streams ----------------------
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any] | str]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def test_int_dist_draws_have_the_requested_mean_cv_rounding_and_clipping() -> None:
+    """IntDist is a lognormal with the given mean and CV, rounded, then clipped to its bounds."""
+    rng = random.Random(3)
+    wide = IntDist(1e5, cv=2.0, maximum=10**12)  # no clipping: log-space moments are exact
+    logs = [math.log(wide.sample(rng)) for _ in range(20000)]
+    sigma = math.sqrt(math.log1p(2.0**2))
+    mu = math.log(1e5) - sigma**2 / 2
+    mean_log = sum(logs) / len(logs)
+    std_log = math.sqrt(sum((x - mean_log) ** 2 for x in logs) / len(logs))
+    assert abs(mean_log - mu) < 0.05 and abs(std_log - sigma) < 0.05
+    rng = random.Random(4)
+    values = [IntDist(200, cv=0.5).sample(rng) for _ in range(20000)]
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    assert abs(mean - 200) < 4 and abs(std / mean - 0.5) < 0.025
+    assert [IntDist(m).sample(rng) for m in (2.4, 2.6, 0.3)] == [2, 3, 1]  # cv 0: round(mean)
+    clipped = IntDist(100, cv=3.0, minimum=20, maximum=60)
+    draws = Counter(clipped.sample(rng) for _ in range(2000))
+    assert min(draws) == 20 and max(draws) == 60 and draws[20] > 100 and draws[60] > 100
+
+
+def test_time_dist_draws_have_the_requested_mean_and_shape() -> None:
+    """TimeDist: exponential has mean mean_s (CV 1), lognormal its CV; mean_s = 0 is no delay."""
+
+    def moments(dist: TimeDist, seed: int) -> tuple[float, float]:
+        rng = random.Random(seed)
+        values = [dist.sample(rng) for _ in range(20000)]
+        mean = sum(values) / len(values)
+        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) / mean
+
+    mean, cv = moments(TimeDist(3.0), 5)
+    assert abs(mean - 3.0) < 0.15 and abs(cv - 1.0) < 0.05
+    mean, cv = moments(TimeDist(3.0, "lognormal", cv=0.5), 6)
+    assert abs(mean - 3.0) < 0.06 and abs(cv - 0.5) < 0.025
+    rng = random.Random(7)
+    assert TimeDist(0.0).sample(rng) == TimeDist(0.0, "lognormal", cv=2.0).sample(rng) == 0.0
+
+
+def test_component_rng_is_seeded_by_the_documented_string() -> None:
+    """Each component's stream is Random("hyckpt-workloads:<seed>:<name>:<component>")."""
+    for seed, name, component in (
+        (5, "chat", "arrivals"),
+        (5, "chat", "sessions"),
+        (6, "x", "pool"),
+    ):
+        expected = random.Random(f"hyckpt-workloads:{seed}:{name}:{component}")
+        rng = component_rng(seed, name, component)
+        assert [rng.random() for _ in range(3)] == [expected.random() for _ in range(3)]
+    firsts = {
+        component_rng(seed, name, component).random()
+        for seed in (1, 2)
+        for name in ("a", "b")
+        for component in ("arrivals", "sessions")
+    }
+    assert len(firsts) == 8  # seed, name and component each select the stream
+
+
+def test_generators_draw_arrivals_and_popularity_from_their_own_components() -> None:
+    """Arrival times, picks and paths follow the documented component streams, untouched by
+    the per-request length draws."""
+    seed = 4
+    chat = multi_turn_chat(seed, ChatConfig(num_sessions=20, arrivals=Poisson(2.0)))
+    starts = {r.session_id: r.arrival_s for r in chat if r.turn == 0}
+    times = Poisson(2.0).times(component_rng(seed, "multi_turn_chat", "arrivals"))
+    assert [starts[f"multi_turn_chat/{i}"] for i in range(20)] == list(itertools.islice(times, 20))
+
+    ssp_config = SharedSystemPromptConfig(
+        num_requests=300, num_system_prompts=5, zipf_exponent=1.2, user_tokens=IntDist(50, cv=1.0)
+    )
+    pool = component_rng(seed, "shared_system_prompt", "pool")
+    lengths = [ssp_config.system_tokens.sample(pool) for _ in range(5)]
+    picks = component_rng(seed, "shared_system_prompt", "popularity")
+    ranks = [Zipf(5, 1.2).sample(picks) for _ in range(300)]
+    ssp = list(shared_system_prompt(seed, ssp_config))
+    assert [r.turn_starts for r in ssp] == [(lengths[rank],) for rank in ranks]
+    roots = {rank: r.prompt.parent for r, rank in zip(ssp, ranks, strict=True)}
+    assert all(r.prompt.parent is roots[rank] for r, rank in zip(ssp, ranks, strict=True))
+
+    doc_config = DocumentQAConfig(num_requests=300, num_documents=4, document_zipf=1.5)
+    sizes = component_rng(seed, "long_document_qa", "documents")
+    lengths = [doc_config.document_tokens.sample(sizes) for _ in range(4)]
+    picks = component_rng(seed, "long_document_qa", "popularity")
+    docs = [Zipf(4, 1.5).sample(picks) for _ in range(300)]
+    questions = list(long_document_qa(seed, doc_config))
+    assert [r.turn_starts for r in questions] == [(lengths[doc],) for doc in docs]
+    assert Counter(docs)[0] > 150  # the skew is used: rank 0 has ~60% of the questions
+
+    shot_config = FewShotConfig(num_requests=200, num_templates=3, branching=(2, 3))
+    picks = component_rng(seed, "few_shot_branching", "popularity")
+    paths = component_rng(seed, "few_shot_branching", "paths")
+    keys = [
+        (Zipf(3, 1.0).sample(picks), paths.randrange(2), paths.randrange(3)) for _ in range(200)
+    ]
+    shots = list(few_shot_branching(seed, shot_config))
+    leaves = {key: r.prompt.parent for r, key in zip(shots, keys, strict=True)}
+    assert len(leaves) == 18 and len({id(leaf) for leaf in leaves.values()}) == 18
+    assert all(r.prompt.parent is leaves[key] for r, key in zip(shots, keys, strict=True))
+
+
+# --- pinned by mutation testing: generator structure -----------------------------------
+
+
+def test_chat_turns_follow_their_lengths_think_times_and_context_limit() -> None:
+    """Constant draws give exact chat prompts: first message, answer + message per turn, a
+    think time after the previous arrival, and a last turn that fills the context exactly."""
+    config = ChatConfig(
+        num_sessions=2,
+        arrivals=TraceArrivals(times_s=(5.0, 7.0)),
+        turns=IntDist(10, maximum=40),
+        system_prompt_tokens=3,
+        user_tokens=IntDist(7, maximum=7),
+        output_tokens=IntDist(11, maximum=11),
+        think_time=TimeDist(2.0, "lognormal", cv=1e-9),
+        max_context_tokens=57,  # turn k needs 21 + 18k tokens with its answer
+    )
+    sessions = by_session(list(multi_turn_chat(1, config)))
+    for start, turns in zip((5.0, 7.0), sessions.values(), strict=True):
+        assert [(r.turn, len(r.prompt), r.output_tokens, r.turn_starts) for r in turns] == [
+            (0, 10, 11, (3,)),
+            (1, 28, 11, (3, 21)),
+            (2, 46, 11, (3, 21, 39)),
+        ]
+        assert [r.arrival_s for r in turns] == pytest.approx([start, start + 2, start + 4])
+    short = ChatConfig(num_sessions=3, turns=IntDist(2, maximum=40), max_context_tokens=10**6)
+    assert Counter(r.session_id for r in multi_turn_chat(2, short)) == Counter(
+        {f"multi_turn_chat/{i}": 2 for i in range(3)}
+    )
+
+
+def test_chat_answers_vary_by_turn_and_conversations_by_seed() -> None:
+    """Each turn draws its own answer length, and the seed (not only the arrivals) picks the
+    conversations."""
+    outputs = [
+        {r.output_tokens for r in turns} for turns in session_steps(SMALL["multi_turn_chat"](1))
+    ]
+    assert any(len(values) > 1 for values in outputs)
+    config = ChatConfig(
+        num_sessions=10, arrivals=TraceArrivals(times_s=tuple(map(float, range(10))))
+    )
+
+    def shapes(seed: int) -> list[tuple[str, int, int]]:
+        return [
+            (r.session_id, len(r.prompt), r.output_tokens) for r in multi_turn_chat(seed, config)
+        ]
+
+    assert shapes(1) == shapes(1) != shapes(2)
+
+
+def test_agent_steps_follow_their_lengths_latency_and_max_steps() -> None:
+    """Constant draws give exact agent steps: task first, then action + tool output per step,
+    tool_latency apart, for exactly max_steps steps."""
+    config = AgenticConfig(
+        num_sessions=1,
+        arrivals=TraceArrivals(times_s=(1.0,)),
+        system_prompt_tokens=5,
+        task_tokens=IntDist(20, maximum=20),
+        action_tokens=IntDist(8, maximum=8),
+        tool_output_tokens=IntDist(30, maximum=30),
+        tool_latency=TimeDist(1.5, "lognormal", cv=1e-9),
+        max_steps=3,
+        max_context_tokens=10000,
+    )
+    steps = list(agentic_loop(1, config))
+    assert [(r.turn, len(r.prompt), r.output_tokens, r.turn_starts) for r in steps] == [
+        (0, 25, 8, (5,)),
+        (1, 63, 8, (5, 33)),
+        (2, 101, 8, (5, 33, 71)),
+    ]
+    assert [r.arrival_s for r in steps] == pytest.approx([1.0, 2.5, 4.0])
+
+
+def test_single_turn_generators_use_each_length_distribution_where_documented() -> None:
+    """System prompt + user message, template/example nodes + query, document + question, and
+    the output length, each from its own distribution."""
+    ssp = shared_system_prompt(
+        1,
+        SharedSystemPromptConfig(
+            num_requests=20,
+            num_system_prompts=3,
+            system_tokens=IntDist(100),
+            user_tokens=IntDist(9),
+            output_tokens=IntDist(5),
+        ),
+    )
+    assert {(len(r.prompt), r.output_tokens, r.turn_starts, r.branch_points) for r in ssp} == {
+        (109, 5, (100,), (100,))
+    }
+    shots = few_shot_branching(
+        1,
+        FewShotConfig(
+            num_requests=40,
+            num_templates=3,
+            branching=(2, 3),
+            instruction_tokens=IntDist(50),
+            example_tokens=IntDist(20),
+            query_tokens=IntDist(6),
+            output_tokens=IntDist(4),
+        ),
+    )
+    requests = list(shots)
+    assert {(len(r.prompt), r.output_tokens, r.turn_starts, r.branch_points) for r in requests} == {
+        (96, 4, (90,), (50, 70, 90))
+    }
+    assert len({r.prompt.chain()[0].own_segments for r in requests}) == 3  # every template
+    docs = long_document_qa(
+        1,
+        DocumentQAConfig(
+            num_requests=20,
+            num_documents=2,
+            document_tokens=IntDist(1000, minimum=1000),
+            question_tokens=IntDist(6),
+            output_tokens=IntDist(4),
+        ),
+    )
+    assert {(len(r.prompt), r.output_tokens, r.turn_starts, r.branch_points) for r in docs} == {
+        (1006, 4, (1000,), (1000,))
+    }
+
+
+@pytest.mark.parametrize("name", GENERATORS)
+def test_generators_make_exactly_their_count_with_numbered_sessions(name: str) -> None:
+    """num_requests requests (or num_sessions sessions, none for 0), sessions numbered from 0,
+    take(n) is the stream's first n, and measure_workload generates n requests."""
+    count = 23
+    if name in ("multi_turn_chat", "agentic_loop"):
+        assert not list(make_workload(name, 1, num_sessions=0))
+        workload = make_workload(name, 1, num_sessions=count)
+    else:
+        workload = make_workload(name, 1, num_requests=count)
+    requests = list(workload)
+    sessions = list(dict.fromkeys(r.session_id for r in requests))
+    assert sorted(sessions, key=lambda s: int(s.rsplit("/", 1)[1])) == [
+        f"{name}/{i}" for i in range(count)
+    ]
+    assert [fingerprint(r) for r in workload.take(5)] == [fingerprint(r) for r in requests[:5]]
+    assert measure_workload(name, 2500).requests == 2500  # past every default count
+
+
+def test_generated_prompts_have_only_non_empty_segments() -> None:
+    """No generator or trace emits a zero-length segment (no system prompt means no root)."""
+    extra = [
+        multi_turn_chat(1, ChatConfig(num_sessions=5, system_prompt_tokens=0)),
+        agentic_loop(1, AgenticConfig(num_sessions=2, system_prompt_tokens=0)),
+    ]
+    for workload in [*(SMALL[name](1) for name in SMALL), *extra]:
+        for request in workload:
+            rebuilt = Prompt(request.prompt.segments)  # validates every segment
+            assert len(rebuilt) == len(request.prompt)
+    for workload in extra:
+        assert all(r.prompt.chain()[0].own_segments[0][1] != 0 for r in workload)
+        assert all(r.turn_starts[0] == 0 for r in workload)
+        first = next(iter(workload))
+        assert first.prompt.parent is None
+
+
+def test_shared_roots_keep_their_tokens_for_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """System prompts and documents are shared prompts: materialised once for all requests."""
+    counter = WorkCounter(monkeypatch)
+    ssp = list(
+        shared_system_prompt(2, SharedSystemPromptConfig(num_requests=6, num_system_prompts=1))
+    )
+    docs = list(long_document_qa(2, DocumentQAConfig(num_requests=6, num_documents=1)))
+    for requests in (ssp, docs):
+        before = counter.materialised
+        for request in requests:
+            request.prompt.tokens()
+        root = requests[0].prompt.parent
+        assert root is not None
+        own = sum(len(r.prompt) - len(root) for r in requests)
+        assert counter.materialised - before == len(root) + own
+
+
+def test_size_limits_accept_their_boundary(tmp_path: Path) -> None:
+    """Limits are inclusive: 2**20 nodes, documents, pool entries and segment tokens (also in
+    a trace), and an id space's last segment id."""
+    assert FewShotConfig(num_templates=2**20, branching=()).nodes_per_template == 1
+    assert DocumentQAConfig(num_documents=2**20).num_documents == 2**20
+    assert SharedSystemPromptConfig(num_system_prompts=2**20).num_system_prompts == 2**20
+    ChatConfig(system_prompt_tokens=2**20, max_context_tokens=2**20 + 6144)
+    AgenticConfig(max_context_tokens=2048 + 4096 + 1024)
+    big = {"session_id": "s", "ts": 0, "input_tokens": 2**20, "output_tokens": 2**20}
+    path = _write_lines(tmp_path / "big.jsonl", [{**big, "turn_id": 0}, {**big, "turn_id": 1}])
+    assert [len(r.prompt) for r in jsonl_trace(path)] == [2**20, 3 * 2**20]
+    whole = SegmentIds(3)
+    assert whole.reserve(2**27) == 3 << 27
+    with pytest.raises(InvalidConfigError, match="more than 134217728 segments"):
+        whole.next()
+    ids = SegmentIds(3)
+    ids.reserve(2**27 - 1)
+    assert ids.next() == (4 << 27) - 1
+    with pytest.raises(InvalidConfigError, match="more than 134217728 segments"):
+        ids.next()
+    with pytest.raises(InvalidConfigError, match="more than 134217728 segments"):
+        SegmentIds(7).reserve(2**27 + 1)
+
+
+_MORE_BAD_PARAMETERS: list[tuple[Callable[[], object], str]] = [
+    (
+        lambda: ChatConfig(num_sessions=True),
+        "ChatConfig.num_sessions must be an integer >= 0, got True",
+    ),
+    (
+        lambda: SharedSystemPromptConfig(zipf_exponent=True),
+        "SharedSystemPromptConfig.zipf_exponent must be a finite number, got True",
+    ),
+    (
+        lambda: multi_turn_chat(1, name=""),
+        "workload.name must be a non-empty string without '/', got ''",
+    ),
+    (lambda: multi_turn_chat(True), "workload.seed must be an int, got True"),
+    (lambda: IntDist(mean=5, cv=101), "IntDist.cv must be <= 100, got 101"),
+    (lambda: IntDist(mean=5, minimum=0), "IntDist.minimum must be an integer >= 1, got 0"),
+    (lambda: TimeDist(1.0, "lognormal", cv=0), "TimeDist.cv must be a finite number > 0, got 0"),
+    (lambda: TimeDist(1.0, "lognormal", cv=101), "TimeDist.cv must be <= 100, got 101"),
+    (lambda: Zipf(0, 1.0), "Zipf.n must be an integer >= 1, got 0"),
+    (lambda: Zipf(3, -0.5), "Zipf.exponent must be a finite number >= 0, got -0.5"),
+    (lambda: Bursty(1.0, cv=101), "Bursty.cv must be <= 100, got 101"),
+    (
+        lambda: TraceArrivals(times_s=[0.0]),  # type: ignore[arg-type]
+        "TraceArrivals.times_s must be a tuple of seconds, got [0.0]",
+    ),
+    (
+        lambda: TraceArrivals(times_s=(0.0,), path=str(MOONCAKE_TRACE)),
+        "TraceArrivals.path must be a file path, given without times_s",
+    ),
+    (
+        lambda: TraceArrivals(times_s=(0.0,), field=""),
+        "TraceArrivals.field must be a non-empty field name, got ''",
+    ),
+    (
+        lambda: TraceArrivals(times_s=(0.0,), unit_s=0),
+        "TraceArrivals.unit_s must be a finite number > 0, got 0",
+    ),
+    (
+        lambda: arrivals_from_spec("poisson"),
+        "arrivals.spec must be an arrival process or a mapping with 'kind', got 'poisson'",
+    ),
+    (
+        lambda: arrivals_from_spec({"kind": "poisson", "rate": 2.0}),
+        "arrivals.spec must be valid parameters for 'poisson'",
+    ),
+    (
+        lambda: AgenticConfig(max_context_tokens=7167),
+        "AgenticConfig.max_context_tokens must be an integer >= 7168, got 7167",
+    ),
+    (
+        lambda: DocumentQAConfig(document_zipf=-0.5),
+        "DocumentQAConfig.document_zipf must be a finite number >= 0, got -0.5",
+    ),
+    (
+        lambda: FewShotConfig(template_zipf=math.inf),
+        "FewShotConfig.template_zipf must be a finite number >= 0, got inf",
+    ),
+    (lambda: ChatConfig(think_time=5.0), "ChatConfig.think_time must be a TimeDist, got 5.0"),  # type: ignore[arg-type]
+    (lambda: ChatConfig(turns=5), "ChatConfig.turns must be a IntDist, got 5"),  # type: ignore[arg-type]
+    (lambda: agentic_loop(1, ChatConfig()), "agentic_loop.config must be a AgenticConfig"),  # type: ignore[arg-type]
+    (
+        lambda: few_shot_branching(1, ChatConfig()),  # type: ignore[arg-type]
+        "few_shot_branching.config must be a FewShotConfig",
+    ),
+    (
+        lambda: long_document_qa(1, ChatConfig()),  # type: ignore[arg-type]
+        "long_document_qa.config must be a DocumentQAConfig",
+    ),
+    (
+        lambda: shared_system_prompt(1, ChatConfig()),  # type: ignore[arg-type]
+        "shared_system_prompt.config must be a SharedSystemPromptConfig",
+    ),
+    (
+        lambda: FewShotConfig(num_templates=2**20 + 1, branching=()),
+        "FewShotConfig.branching must be a tree of at most 2**20 nodes",
+    ),
+    (
+        lambda: DocumentQAConfig(num_documents=2**20 + 1),
+        "DocumentQAConfig.num_documents must be <= 2**20, got 1048577",
+    ),
+    (
+        lambda: SharedSystemPromptConfig(num_system_prompts=2**20 + 1),
+        "SharedSystemPromptConfig.num_system_prompts must be <= 2**20, got 1048577",
+    ),
+    (lambda: Prompt([(True, 2)]), "prompt segment #0 must be a tuple"),
+    (lambda: Prompt([(1, True)]), "prompt segment #0 must be a tuple"),
+    (lambda: Prompt([(1, 2)]).tokens(True), "vocab must be a positive int (tokens), got True"),
+    (lambda: Prompt([(1, 2)], parent="root"), "parent must be a Prompt or None, got 'root'"),  # type: ignore[arg-type]
+    (
+        lambda: Prompt([(1, 2)]).hashed("m", 4, extras=["a"]),  # type: ignore[arg-type]
+        "extras must be a tuple of str, got ['a']",
+    ),
+    (
+        lambda: mooncake_trace(MOONCAKE_TRACE, block_size=2**20 + 1),
+        "MooncakeTraceConfig.block_size must be <= 1048576, got 1048577",
+    ),
+    (
+        lambda: mooncake_trace(MOONCAKE_TRACE, block_size=0),
+        "MooncakeTraceConfig.block_size must be an integer >= 1, got 0",
+    ),
+    (
+        lambda: mooncake_trace(MOONCAKE_TRACE, relative_time=1),  # type: ignore[arg-type]
+        "MooncakeTraceConfig.relative_time must be a bool, got 1",
+    ),
+    (
+        lambda: jsonl_trace(SESSION_TRACE, first_turn=-1),
+        "JsonlTraceConfig.first_turn must be an integer >= 0, got -1",
+    ),
+    (
+        lambda: jsonl_trace(SESSION_TRACE, session_idle_s=0),
+        "JsonlTraceConfig.session_idle_s must be a finite number > 0, got 0",
+    ),
+    (
+        lambda: jsonl_trace(SESSION_TRACE, name="a/b"),
+        "trace.name must be a non-empty string without '/', got 'a/b'",
+    ),
+    (lambda: jsonl_trace(DATA), "JsonlTraceConfig.path must be an existing file"),
+    (
+        lambda: mix(SMALL["long_document_qa"](1), name="a/b"),
+        "mix.name must be a non-empty string without '/', got 'a/b'",
+    ),
+    (
+        lambda: mix(SMALL["long_document_qa"](1), "x"),  # type: ignore[arg-type]
+        "mix.workloads must be a Workload, got 'x'",
+    ),
+    (
+        lambda: measure_workload("long_document_qa", 0),
+        "measure_workload.n must be an integer >= 1, got 0",
+    ),
+    (
+        lambda: make_workload("jsonl_trace", path=str(SESSION_TRACE), speed=2),
+        "jsonl_trace: bad parameters",
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), _MORE_BAD_PARAMETERS)
+def test_more_bad_parameters_raise_errors_naming_parameter_value_and_expectation(
+    build: Callable[[], object], message: str
+) -> None:
+    """Bools are not numbers, bounds and types are checked, and the error says so."""
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        build()
+
+
+# --- pinned by mutation testing: prompts -----------------------------------------------
+
+
+def test_vocab_mapped_segments_wrap_the_table_and_cover_the_vocab() -> None:
+    """A mapped segment longer than the table wraps to its start, token by token as map_token
+    says, and the table draws every id in [0, vocab)."""
+    length = 40000  # more than twice the 16381-entry table
+    mapped = segment_tokens(12345, length, 48).tolist()
+    assert mapped == [map_token(segment_token(12345, i), 48) for i in range(length)]
+    assert set(Prompt([(3, 20000)]).tokens(48)) == set(range(48))
+    assert set(Prompt([(3, 50)]).tokens(1)) == {0}
+
+
+def test_prompt_hash_caches_are_keyed_by_vocab_extras_and_unit() -> None:
+    """hashed() caches one HashedPrompt per (namespace, extras, unit, vocab), each equal to
+    hashing from scratch; drop_caches forgets them; tokens() returns a copy."""
+    prompt = Prompt([(1, 40)], shared=True).extend([(2, 30)], shared=True)
+    assert prompt.shared
+    variants: list[tuple[int, tuple[str, ...], int | None]] = [
+        (8, (), None),
+        (8, (), 48),
+        (8, ("lora-a",), None),
+        (16, (), None),
+        (16, ("lora-a",), 48),
+    ]
+    built = []
+    for unit, extras, vocab in variants:
+        hashed = prompt.hashed("m", unit, extras=extras, vocab=vocab)
+        scratch = HashedPrompt(prompt.tokens(vocab), namespace="m", extras=extras, unit=unit)
+        assert (hashed.unit, hashed.extras) == (unit, extras)
+        assert hashed.digest(len(prompt)) == scratch.digest(len(prompt))
+        assert hashed.digest(37) == scratch.digest(37)
+        built.append(hashed)
+    assert len({hashed.digest(len(prompt)) for hashed in built}) == len(variants)
+    first = prompt.hashed("m", 8)
+    assert first is built[0]
+    prompt.drop_caches()
+    again = prompt.hashed("m", 8)
+    assert again is not first and again.digest(len(prompt)) == first.digest(len(prompt))
+    tokens = prompt.tokens()
+    tokens[0] = -1
+    assert prompt.tokens()[0] == segment_token(1, 0)
+
+
+# --- pinned by mutation testing: traces ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replay", "changes", "field"),
+    [
+        (jsonl_trace, {"ts": math.nan}, "ts"),
+        (jsonl_trace, {"ts": math.inf}, "ts"),
+        (jsonl_trace, {"session_id": ""}, "session_id"),
+        (jsonl_trace, {"session_id": True}, "session_id"),
+        (jsonl_trace, {"input_tokens": 2**20 + 1}, "input_tokens"),
+        (jsonl_trace, {"output_tokens": 2**20 + 1}, "output_tokens"),
+        (mooncake_trace, {"hash_ids": [True]}, "hash_ids"),
+        (mooncake_trace, {"hash_ids": [2**27]}, "hash_ids"),
+        (mooncake_trace, {"timestamp": None}, "timestamp"),
+        (mooncake_trace, {"timestamp": True}, "timestamp"),  # not 1.0
+    ],
+)
+def test_more_bad_trace_lines_raise_typed_errors(
+    tmp_path: Path, replay: Callable[..., Workload], changes: dict[str, Any], field: str
+) -> None:
+    """Non-finite or boolean numbers, empty or boolean session ids, oversized segments and
+    out-of-space block ids are malformed lines too."""
+    test_bad_trace_lines_raise_typed_errors_naming_file_line_and_field(
+        tmp_path, replay, changes, field
+    )
+
+
+def test_trace_errors_report_the_value_and_the_reason(tmp_path: Path) -> None:
+    """A bad line's error holds the first 80 characters (or bytes) of the line, the JSON
+    error, "the field is missing", and a line of the other format is named as such."""
+    long_line = '{"session_id": "a", ' + "x" * 200
+    path = _write_lines(tmp_path / "json.jsonl", [long_line])
+    with pytest.raises(TraceFormatError) as caught:
+        list(jsonl_trace(path))
+    assert caught.value.value == long_line[:80]
+    assert caught.value.expected.startswith("one JSON object per line (Expecting")
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes(b"\xff" * 200 + b"\n")
+    with pytest.raises(TraceFormatError) as caught:
+        list(jsonl_trace(path))
+    assert caught.value.value == b"\xff" * 80
+    path = _write_lines(tmp_path / "missing.jsonl", [_line(_SESSION_LINE, {"ts": _DROP})])
+    with pytest.raises(
+        TraceFormatError,
+        match=r":1: field 'ts': expected a finite number \(the field is missing\), found None$",
+    ):
+        list(jsonl_trace(path))
+    for replay, other, field in (
+        (jsonl_trace, "mooncake", "session_id"),
+        (mooncake_trace, "sessions", "timestamp"),
+    ):
+        line = _MOONCAKE_LINE if other == "mooncake" else _SESSION_LINE
+        path = _write_lines(tmp_path / f"{other}.jsonl", [line])
+        with pytest.raises(
+            TraceFormatError, match=f"did you mean --trace-format {other}"
+        ) as caught:
+            list(replay(path))
+        assert caught.value.field == field
+
+
+def test_session_trace_accepts_integral_floats_and_names_requests_by_turn_id(
+    tmp_path: Path,
+) -> None:
+    """JSON 3.0 counts as 3, and request ids keep the trace's own turn_id."""
+    path = _write_lines(
+        tmp_path / "floats.jsonl",
+        [
+            {"session_id": "s", "turn_id": 1.0, "ts": 0, "input_tokens": 4.0, "output_tokens": 2},
+            {"session_id": "s", "turn_id": 2, "ts": 1, "input_tokens": 3, "output_tokens": 2.0},
+        ],
+    )
+    requests = list(jsonl_trace(path, first_turn=1))
+    assert [(r.request_id, r.turn, len(r.prompt)) for r in requests] == [
+        ("jsonl_trace/s/1", 0, 4),
+        ("jsonl_trace/s/2", 1, 9),
+    ]
+
+
+def test_session_idle_time_counts_from_the_last_turn_inclusively(tmp_path: Path) -> None:
+    """A session is kept while idle for at most session_idle_s since its latest turn, and any
+    idle session is forgotten, whichever session started first."""
+
+    def turn(session: str, turn_id: int, ts: float) -> dict[str, Any]:
+        return {
+            "session_id": session,
+            "turn_id": turn_id,
+            "ts": ts,
+            "input_tokens": 3,
+            "output_tokens": 1,
+        }
+
+    path = _write_lines(
+        tmp_path / "kept.jsonl", [turn("a", 0, 0), turn("a", 1, 5), turn("a", 2, 10)]
+    )
+    assert [r.turn for r in jsonl_trace(path, session_idle_s=5.0)] == [0, 1, 2]
+    lines: list[dict[str, Any] | str] = [
+        turn("a", 0, 0),
+        turn("b", 0, 1),
+        turn("a", 1, 3),
+        turn("b", 1, 7),
+    ]
+    path = _write_lines(tmp_path / "forgotten.jsonl", lines)
+    stream = iter(jsonl_trace(path, session_idle_s=5.0))
+    assert [next(stream).request_id for _ in range(3)] == [
+        "jsonl_trace/a/0",
+        "jsonl_trace/b/0",
+        "jsonl_trace/a/1",
+    ]
+    with pytest.raises(TraceFormatError, match=r":4: field 'turn_id'.*forgotten after 5\.0 s idle"):
+        next(stream)
+
+
+def test_mooncake_trie_nodes_ids_and_times(tmp_path: Path) -> None:
+    """A block is shared only under the same leading blocks; segments live in the trace's id
+    space; ids count file lines; relative_time=False keeps timestamps (ms)."""
+    lines: list[dict[str, Any] | str] = [
+        {"timestamp": 5, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]},
+        "",
+        {"timestamp": 9, "input_length": 8, "output_length": 1, "hash_ids": [3, 2]},
+        {"timestamp": 9, "input_length": 6, "output_length": 1, "hash_ids": [3, 2**27 - 1]},
+    ]
+    path = _write_lines(tmp_path / "trie.jsonl", lines)
+    a, b, c = mooncake_trace(path, block_size=4, id_space=9)
+    assert common_prefix(a.prompt, b.prompt) == 0 and common_prefix(b.prompt, c.prompt) == 4
+    base = 9 << 27
+    assert b.prompt.segments == ((base | 3, 4), (base | 2, 4))
+    assert c.prompt.segments == ((base | 3, 4), (base | 2**27 - 1, 2))
+    assert [r.request_id for r in (a, b, c)] == [f"mooncake_trace/{n}/0" for n in (1, 3, 4)]
+    assert [r.arrival_s for r in (a, b, c)] == [0.0, 0.004, 0.004]
+    absolute = mooncake_trace(path, block_size=4, relative_time=False)
+    assert [r.arrival_s for r in absolute] == [0.005, 0.009, 0.009]
+    sessions = jsonl_trace(SESSION_TRACE, id_space=9)
+    assert sessions.components == (("jsonl_trace", 9),)
+    assert all(segment >> 27 == 9 for r in sessions for segment, _ in r.prompt.segments)
+
+
+def test_trace_arrivals_honour_field_unit_relative_and_order(tmp_path: Path) -> None:
+    """TraceArrivals reads its field, scales by unit_s, shifts only when relative, accepts
+    equal times, and rejects a time earlier than the line before."""
+    path = _write_lines(tmp_path / "times.jsonl", [{"t": 1000}, {"t": 1500}, "", {"t": 1500}])
+
+    def times(**options: Any) -> list[float]:
+        return list(TraceArrivals(path=str(path), field="t", **options).times(random.Random()))
+
+    assert times() == [0.0, 0.5, 0.5]
+    assert times(relative=False) == [1.0, 1.5, 1.5]
+    assert times(unit_s=1.0) == [0.0, 500.0, 500.0]
+    assert list(TraceArrivals(times_s=(0.0, 1.0, 1.0)).times(random.Random())) == [0.0, 1.0, 1.0]
+    path = _write_lines(tmp_path / "backwards.jsonl", [{"t": 5}, {"t": 7}, {"t": 6}])
+    with pytest.raises(TraceFormatError) as caught:
+        times()
+    assert (caught.value.line, caught.value.field, caught.value.value) == (3, "t", 6)
+
+
+# --- pinned by mutation testing: registry, mix and requests -----------------------------
+
+
+def test_arrival_specs_and_registry_parameters_reach_the_workload() -> None:
+    """Specs accept lists and processes, a non-dict mapping works, and id_space reaches the
+    generator."""
+    process = Poisson(3.0)
+    assert arrivals_from_spec(process) is process
+    assert arrivals_from_spec({"kind": "trace", "times_s": [0, 2.5]}) == TraceArrivals(
+        times_s=(0, 2.5)
+    )
+    spec = MappingProxyType({"kind": "poisson", "rate_per_s": 3.0})
+    chat = make_workload("multi_turn_chat", 1, num_sessions=2, arrivals=spec, id_space=77)
+    assert isinstance(chat.config, ChatConfig) and chat.config.arrivals == process
+    assert chat.components == (("multi_turn_chat", 77),)
+    assert all(segment >> 27 == 77 for r in chat for segment, _ in r.prompt.segments)
+
+
+def test_mix_breaks_arrival_ties_in_argument_order() -> None:
+    """Requests arriving at the same time come in the order the components were given."""
+    times = TraceArrivals(times_s=(0.0, 1.0, 2.0))
+    docs = long_document_qa(1, DocumentQAConfig(num_requests=3, arrivals=times))
+    ssp = shared_system_prompt(1, SharedSystemPromptConfig(num_requests=3, arrivals=times))
+    assert [r.kind for r in mix(docs, ssp)] == [docs.name, ssp.name] * 3
+    assert [r.kind for r in mix(ssp, docs)] == [ssp.name, docs.name] * 3
+
+
+def test_request_prompt_tokens_prefill_chunk_and_rates() -> None:
+    """prompt_tokens is the prompt length, a prefill chunk carries the whole prompt's length
+    and both hints, and a zero-time measurement has an infinite rate."""
+    request = SMALL["few_shot_branching"](1).take(1)[0]
+    assert request.prompt_tokens == len(request.prompt)
+    chunk = request.prefill_chunk(2, 5)
+    assert (chunk.start, chunk.end, chunk.prompt_len) == (2, 5, len(request.prompt))
+    assert (chunk.turn_starts, chunk.branch_points) == (request.turn_starts, request.branch_points)
+    rate = WorkloadRate("x", 3, 7, 0.0)
+    assert rate.requests_per_s == rate.prompt_tokens_per_s == math.inf
+
+
+def test_int_dist_draws_from_a_huge_mean_are_clipped_not_overflowing() -> None:
+    """Every draw of a valid IntDist is an int in [minimum, maximum], however large the mean
+    (a lognormal draw above ~1.8e308 used to overflow math.exp)."""
+    dist = IntDist(1e308, cv=1.0)
+    rng = random.Random(0)
+    assert {dist.sample(rng) for _ in range(50)} == {2**20}
+
+
+def test_int_dist_draws_are_the_clipped_rounded_lognormal_draws_of_the_same_stream() -> None:
+    """IntDist.sample spells lognormvariate out: the same stream gives the same draws."""
+    dist = IntDist(300.0, cv=0.8, minimum=40, maximum=900)
+    ours, theirs = random.Random(5), random.Random(5)
+    sigma = math.sqrt(math.log1p(0.8**2))
+    mu = math.log(300.0) - sigma * sigma / 2
+    expected = [min(900, max(40, round(theirs.lognormvariate(mu, sigma)))) for _ in range(500)]
+    assert [dist.sample(ours) for _ in range(500)] == expected
+    assert 40 in expected and 900 in expected  # both clips were exercised

@@ -9,6 +9,7 @@ import bisect
 import itertools
 import math
 import random
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +18,7 @@ from sim.workloads._checks import check_float, check_int, fail
 __all__ = ["IntDist", "TimeDist", "Zipf", "component_rng"]
 
 _MAX_CV = 100.0
+_LOG_FLOAT_MAX = math.log(sys.float_info.max)  # exp() of more overflows
 
 
 def component_rng(seed: int, name: str, component: str) -> random.Random:
@@ -63,7 +65,12 @@ class IntDist:
 
     def sample(self, rng: random.Random) -> int:
         """One draw."""
-        value = round(rng.lognormvariate(self._mu, self._sigma) if self._sigma else self.mean)
+        if self._sigma:
+            # rng.lognormvariate, spelled out (the same draws) to clip before exp overflows.
+            log_value = rng.normalvariate(self._mu, self._sigma)
+            value = self.maximum if log_value >= _LOG_FLOAT_MAX else round(math.exp(log_value))
+        else:
+            value = round(self.mean)
         if value < self.minimum:
             return self.minimum
         if value > self.maximum:
