@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
@@ -21,7 +24,7 @@ from matplotlib.figure import Figure
 from sim import cli
 from sim.report import ReportError, build_report, figures, load_results
 from sim.report.build import table
-from sim.report.data import Row, varying_axes
+from sim.report.data import Row, configurations, varying_axes
 
 FIGURES = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft")
 MEMORY = "memory GiB (weights / live / pool / KV)"
@@ -685,3 +688,517 @@ def test_speculative_results_show_their_acceptance(tmp_path: Path) -> None:
     rows = table_rows(build_report(write_results(tmp_path, docs)).read_text())
     assert [row["spec accepted"] for row in rows] == ["75.0%", "n/a"]
     assert (rows[1]["output tok/s"], rows[1]["compute busy"]) == ("n/a", "n/a")
+
+
+# ---- behaviours pinned after hand mutation testing of sim/report/ ----------------------
+
+
+def rows_of(docs: Sequence[dict[str, Any]]) -> list[Row]:
+    """``docs`` as rows named like the files write_results writes."""
+    return [Row(f"{i:04d}.json", doc) for i, doc in enumerate(docs)]
+
+
+def overcommit(doc: dict[str, Any], by: float = 20 * 2**30) -> dict[str, Any]:
+    """``doc`` with a memory plan ``by`` bytes over the usable memory."""
+    doc["pools"]["memory"].update(kv_pool_bytes=40 * 2**30 + by, overcommit_bytes=by)
+    return doc
+
+
+def test_row_numbers_ignore_nan_booleans_and_non_dict_paths() -> None:
+    """Row.total/pool_slots/series read NaN, booleans and paths through non-dicts as absent."""
+    doc = result_doc("turns", "lru", 4, 0, 0.2)
+    doc["totals"].update(token_hit_rate=float("nan"), preemptions=True, ttft=0.5)
+    doc["pools"]["checkpoint_slots"] = True
+    row = Row("0000.json", doc)
+    assert row.total("token_hit_rate") is None
+    assert row.total("preemptions") is None
+    assert row.total("ttft", "p50_s") is None  # "ttft" is a number, not a table
+    assert row.pool_slots is None
+    (cells,) = table_rows("\n".join(table([row])))
+    assert (cells["token hit rate"], cells["preemptions"], cells["pool (slots)"]) == (
+        "n/a",
+        "n/a",
+        "n/a",
+    )
+
+
+def test_series_keep_missing_samples_in_place() -> None:
+    """A None sample stays at its index, so values stay paired with their sample times."""
+    doc = result_doc("turns", "lru", 8, 0, 0.4)
+    doc["series"]["token_hit_rate"] = [None, 0.2, 0.4]
+    row = Row("0000.json", doc)
+    assert row.series("token_hit_rate") == [None, 0.2, 0.4]
+    figure = figures.figure_over_time([row])
+    assert isinstance(figure, Figure)
+    (line,) = figure.axes[0].get_lines()
+    assert list(line.get_xdata()) == [2.0, 3.0]
+    assert list(line.get_ydata()) == [0.2, 0.4]
+
+
+def test_a_checkpoint_budget_sweep_is_a_pool_axis_not_a_line() -> None:
+    """cache.checkpoint_budget_bytes is a pool-size axis: it never splits hit-rate lines."""
+    docs = []
+    for budget in (2**30, 2**31):
+        doc = result_doc("turns", "lru", 4, 0, 0.2)
+        doc["sweep"]["cache.checkpoint_budget_bytes"] = budget
+        docs.append(doc)
+    rows = rows_of(docs)
+    assert {row.curve() for row in rows} == {"turns × lru"}
+    assert {row.curve(varying_axes(rows)) for row in rows} == {"turns × lru"}
+
+
+@pytest.mark.parametrize("usable", [0, None])
+def test_a_memory_plan_without_usable_memory_is_no_plan(usable: int | None) -> None:
+    """A plan whose usable_bytes is 0 or missing reads as no plan: 'n/a', no share, no crash."""
+    doc = overcommit(result_doc("turns", "lru", 4, 0, 0.2))
+    doc["pools"]["memory"]["usable_bytes"] = usable
+    row = Row("0000.json", doc)
+    assert row.memory is None and row.used_bytes is None and not row.overcommitted
+    (cells,) = table_rows("\n".join(table([row])))
+    assert cells[MEMORY] == "n/a"
+
+
+def test_a_plan_over_by_one_byte_is_marked() -> None:
+    """Any positive overcommit, however small, makes the run bold in the table and marked †."""
+    rows = rows_of([overcommit(result_doc("turns", "lru", 4, 0, 0.2), by=1)])
+    assert rows[0].overcommitted
+    (cells,) = table_rows("\n".join(table(rows)))
+    assert cells[MEMORY].startswith("**") and cells[MEMORY].endswith("(100%)**")
+    (config,) = configurations(rows)
+    assert config.label.endswith(" †")
+
+
+def test_configurations_group_seeds_and_mark_any_overcommitted_run() -> None:
+    """A configuration is every seed of one setting, in file order; one overcommitted seed
+    marks it (label and facet name)."""
+    docs = [result_doc("turns", "lru", s, seed, 0.2) for seed in (0, 1) for s in (4, 16)]
+    overcommit(docs[3])  # slots 16, seed 1 only
+    docs[2]["sweep"] = dict(reversed(docs[2]["sweep"].items()))  # key order does not matter
+    rows = rows_of(docs)
+    configs = configurations(rows)
+    assert [c.label for c in configs] == ["checkpoint_slots=4", "checkpoint_slots=16 †"]
+    assert [c.values for c in configs] == [
+        {"cache.checkpoint_slots": "4"},
+        {"cache.checkpoint_slots": "16"},
+    ]
+    assert [[r.file for r in c.rows] for c in configs] == [
+        ["0000.json", "0002.json"],
+        ["0001.json", "0003.json"],
+    ]
+    assert [c.overcommitted for c in configs] == [False, True]
+    # a facet naming the pool size: the other axes, still marked
+    assert configs[1].name(frozenset({"eviction.policy"})) == "checkpoint_slots=16 †"
+    assert configs[1].name(frozenset({"cache.checkpoint_slots"})) == "checkpoint_slots=16 †"
+
+
+def test_results_without_sweep_fields_group_by_config_but_the_seed() -> None:
+    """Runs without sweep fields are one configuration when their config differs only in
+    the seed; alike labels are told apart by their first file."""
+    docs = []
+    for seed in (0, 1):
+        for kv in (1024, 2048):
+            doc = result_doc("turns", "lru", 4, seed, 0.2)
+            del doc["sweep"]
+            doc["config"].update(seed=seed, kv_blocks=kv)
+            docs.append(doc)
+    configs = configurations(rows_of(docs))
+    assert [c.label for c in configs] == [
+        "turns × lru, slots=4 [0000.json]",
+        "turns × lru, slots=4 [0001.json]",
+    ]
+    assert [[r.file for r in c.rows] for c in configs] == [
+        ["0000.json", "0002.json"],
+        ["0001.json", "0003.json"],
+    ]
+    (alone,) = configurations(rows_of(docs[:1]))
+    assert alone.label == "turns × lru, slots=4"
+
+
+def test_a_sweep_of_one_setting_is_labelled_by_its_policy() -> None:
+    """Sweep runs whose axes vary only in the seed make one configuration named by policy."""
+    (config,) = configurations(rows_of([result_doc("turns", "lru", 4, s, 0.2) for s in (0, 1)]))
+    assert (config.label, config.values, len(config.rows)) == ("turns × lru", {}, 2)
+
+
+def test_the_table_column_set_and_cell_formats() -> None:
+    """The pool size has no swept-axis column; byte axes read in GiB (2**30); mixed-type
+    axes align left; axes sharing a short name keep their full keys; a run lacking an
+    axis reads n/a."""
+    docs = []
+    for i, budget in enumerate((3 * 2**29, 10**9)):
+        doc = result_doc("turns", "lru", 4 * (i + 1), 0, 0.2)
+        doc["sweep"].update(
+            {
+                "cache.kv_pool_bytes": budget,
+                "engine.mode": ["auto", 2][i],
+                "engine.params.kind": "x",
+                "workload.params.kind": "y",
+            }
+        )
+        docs.append(doc)
+    del docs[1]["sweep"]["workload.params.kind"]
+    lines = table(rows_of(docs))
+    header = lines[0].strip("| ").split(" | ")
+    assert header[2:6] == ["kv_pool_bytes", "mode", "engine.params.kind", "workload.params.kind"]
+    assert "checkpoint_slots" not in header
+    assert lines[1].strip("|").split("|")[2:6] == ["---:", "---", "---", "---"]
+    cells = table_rows("\n".join(lines))
+    assert [c["kv_pool_bytes"] for c in cells] == ["1.5 GiB", "0.9313 GiB"]
+    assert [c["workload.params.kind"] for c in cells] == ["y", "n/a"]
+
+
+def test_the_table_keeps_file_order_and_survives_zero_time() -> None:
+    """Rows stay in file order; a zero simulated time reads n/a, not a crash."""
+    docs = [result_doc("turns", e, 4, 0, 0.2) for e in ("lru", "fifo", "arc")]
+    docs[1]["totals"]["sim_time_s"] = 0.0
+    docs[2]["totals"].update(sim_time_s=25.0, compute_busy_s=5.0)
+    cells = table_rows("\n".join(table(rows_of(docs))))
+    assert [c["policy (placement × eviction)"] for c in cells] == [
+        "turns × lru",
+        "turns × fifo",
+        "turns × arc",
+    ]
+    assert [(c["output tok/s"], c["compute busy"]) for c in cells] == [
+        ("40", "25.0%"),
+        ("n/a", "n/a"),
+        ("80", "20.0%"),
+    ]
+
+
+def test_summary_header_lists_every_scenario_seed_revision_version_and_gpu(
+    tmp_path: Path,
+) -> None:
+    """The summary's bullet list names each distinct value once, seeds in numeric order,
+    and flags only runs with a lockstep verdict of False."""
+    from sim.report.build import summary
+
+    docs = [result_doc("turns", "lru", 4, seed, 0.2) for seed in (10, 2, 2)]
+    docs[0].update(scenario="zeta", git_revision="bbb")
+    docs[1]["versions"]["torch"] = "2.1"
+    docs[1]["config"]["gpu"] = "H200"
+    docs[2]["lockstep"] = {}
+    overcommit(docs[0])
+    overcommit(docs[2])
+    text = summary(rows_of(docs), {stem: "skipped" for stem in FIGURES})
+    assert "# Report: hand-made, zeta" in text
+    assert "from 3 result file(s)" in text
+    assert "- seeds: 2, 10" in text
+    assert "- git revision: 0123456789abcdef\n- git revision: bbb" in text
+    assert len([line for line in text.splitlines() if line.startswith("- versions:")]) == 2
+    assert "- sweep axis `scenario.seed`: 10, 2\n" in text
+    assert "- sweep axis `eviction.policy`: lru\n" in text
+    gpus = [line for line in text.splitlines() if line.startswith("- GPU memory:")]
+    assert gpus == [
+        "- GPU memory: 90.0 GiB usable (90% of one GPU's 100.0 GiB)",
+        "- GPU memory: 90.0 GiB usable (90% of one H200's 100.0 GiB)",
+    ]
+    assert "lockstep violations" not in text
+    assert [row["lockstep ok"] for row in table_rows(text)] == ["yes", "yes", "n/a"]
+    (line,) = [line for line in text.splitlines() if "**does not fit one GPU**" in line]
+    assert line.endswith(": 0000.json, 0002.json")
+
+
+def hit_rate_rows() -> list[Row]:
+    """One policy at 16 then 4 slots, seeds 0..2 with token hit rates 0.1, 0.2, 0.6
+    (× slots / 4); seed 1 at 16 slots does not fit; seed 2 at 4 slots has no request rate."""
+    docs = []
+    for slots in (16, 4):
+        for seed, hit in zip((0, 1, 2), (0.1, 0.2, 0.6), strict=True):
+            docs.append(result_doc("turns", "lru", slots, seed, hit * slots / 4))
+    overcommit(docs[1])
+    docs[5]["totals"]["request_hit_rate"] = None
+    return rows_of(docs)
+
+
+def scattered(ax: Any, size: int) -> list[tuple[float, float]]:
+    """The points of ``ax``'s scatter dots of marker size ``size`` (y rounded to 9 places)."""
+    return [
+        (float(x), round(float(y), 9))
+        for c in ax.collections
+        if c.get_sizes()[0] == size
+        for x, y in c.get_offsets()
+    ]
+
+
+def test_hit_rate_lines_are_the_mean_over_seeds_in_pool_order() -> None:
+    """Each hit-rate line runs through the seeds' mean at each pool size, pools ascending,
+    a run without the rate left out (not counted as 0); each run is a dot."""
+    figure = figures.figure_hit_rate_vs_pool(hit_rate_rows())
+    assert isinstance(figure, Figure)
+    token, request = figure.axes
+    (line,) = token.get_lines()
+    assert list(line.get_xdata()) == [4, 16]
+    assert list(line.get_ydata()) == pytest.approx([0.3, 1.2])  # mean of .1, .2, .6 (× 4)
+    (line,) = request.get_lines()
+    assert list(line.get_ydata()) == pytest.approx([0.25, 1.3])  # seed 2 at 4 has none
+    assert sorted(scattered(token, 8)) == [
+        (4, 0.1),
+        (4, 0.2),
+        (4, 0.6),
+        (16, 0.4),
+        (16, 0.8),
+        (16, 2.4),
+    ]
+
+
+def test_hit_rate_rings_only_the_runs_that_do_not_fit() -> None:
+    """The black rings sit on the overcommitted runs' dots only; any one marks the line."""
+    figure = figures.figure_hit_rate_vs_pool(hit_rate_rows())
+    assert isinstance(figure, Figure)
+    for ax, value in zip(figure.axes, (0.8, 0.9), strict=True):
+        assert scattered(ax, 60) == [(16, value)]
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["turns × lru †"]
+    assert figure.get_supxlabel().startswith(figures.OVERCOMMIT_NOTE)
+
+
+def test_rate_limit_without_positive_values_is_one() -> None:
+    """A rate axis with nothing above 0 runs to 1; else to the top plus 10%."""
+    assert figures.rate_limit([]) == 1.0
+    assert figures.rate_limit([0.0, 0.0]) == 1.0
+    assert figures.rate_limit([0.2, 0.5]) == pytest.approx(0.55)
+
+
+def test_mean_series_averages_only_where_every_run_has_samples() -> None:
+    """The mean of runs is taken on the union of their sample times, from the latest start
+    to the earliest end, each run linearly interpolated (no extrapolation)."""
+    runs = [
+        [(0.0, 0.0), (2.0, 2.0)],
+        [(1.0, 10.0), (3.0, 10.0)],
+        [(0.0, 0.0), (4.0, 0.0)],
+    ]
+    mean = figures._mean_series(runs)
+    assert [t for t, _ in mean] == [1.0, 2.0]
+    assert [y for _, y in mean] == pytest.approx([11 / 3, 4.0])
+
+
+def test_over_time_draws_checkpoint_memory_in_gib_at_the_largest_pool() -> None:
+    """When the pool was swept, only the largest pool's runs are drawn; bytes read in GiB."""
+    docs = [result_doc("turns", "lru", s, 0, 0.1 * s) for s in (16, 4)]
+    docs[1]["series"]["t_s"] = [1.0, 2.0]  # two samples are enough
+    figure = figures.figure_over_time(rows_of(docs))
+    assert isinstance(figure, Figure)
+    assert "(16 checkpoint slots)" in figure.axes[0].get_title()
+    (hits,) = figure.axes[0].get_lines()
+    assert list(hits.get_ydata()) == pytest.approx([0.0, 0.8, 1.6])
+    (memory,) = figure.axes[1].get_lines()
+    assert list(memory.get_ydata()) == pytest.approx([0.0, 2**-7, 2**-6])  # 16 × 1 MiB
+    single = figures.figure_over_time(rows_of(docs[1:]))
+    assert isinstance(single, Figure)
+    (hits,) = single.axes[0].get_lines()
+    assert list(hits.get_xdata()) == [1.0, 2.0]
+
+
+def test_over_time_pale_lines_note_and_title_follow_what_is_drawn() -> None:
+    """Seed lines appear only for configurations with several seeds, the title says so when
+    any has, and the † note only when a drawn run does not fit."""
+    docs = [result_doc("turns", "lru", 16, s, 0.1 * (s + 1)) for s in (0, 1)]
+    docs.append(result_doc("turns", "fifo", 16, 0, 0.5))
+    docs.append(overcommit(result_doc("turns", "fifo", 4, 0, 0.5)))  # not drawn
+    figure = figures.figure_over_time(rows_of(docs))
+    assert isinstance(figure, Figure)
+    top = figure.axes[0]
+    labelled = [line for line in top.get_lines() if not line.get_label().startswith("_")]
+    pale = [line for line in top.get_lines() if line.get_label().startswith("_")]
+    assert sorted(str(line.get_label()) for line in labelled) == ["turns × fifo", "turns × lru"]
+    assert len(pale) == 2  # lru's two seeds; fifo has one run, no pale line
+    assert "thick: mean over seeds" in top.get_title()
+    assert not figure.get_supxlabel()
+
+
+def axis_rows(**axes: Sequence[object]) -> list[Row]:
+    """One single-seed run per combination of sweep ``axes`` (in that sweep order)."""
+    docs = []
+    for combo in itertools.product(*axes.values()):
+        doc = result_doc("turns", "lru", 8, 0, 0.3)
+        doc["sweep"] = dict(zip(axes, combo, strict=True))
+        docs.append(doc)
+    return rows_of(docs)
+
+
+def test_facets_split_at_the_limits() -> None:
+    """16 configurations are one block; 6 blocks of 16 by the first axis that fits; else
+    cut in order into blocks of 16, and those past 6 blocks counted as left out."""
+    (block,), left = figures.facets(configurations(axis_rows(**{"a.n": range(16)})))
+    assert (block.title, len(block.configurations), left) == ("", 16, 0)
+    blocks, left = figures.facets(configurations(axis_rows(**{"a.n": range(16), "b.m": range(6)})))
+    assert [(b.title, len(b.configurations)) for b in blocks] == [(f"m={i}", 16) for i in range(6)]
+    assert left == 0 and blocks[0].hidden == frozenset({"b.m"})
+    blocks, left = figures.facets(configurations(axis_rows(**{"a.n": range(40)})))
+    assert [(b.title, len(b.configurations)) for b in blocks] == [
+        ("part 1 of 3", 16),
+        ("part 2 of 3", 16),
+        ("part 3 of 3", 8),
+    ]
+    assert [c.values["a.n"] for c in blocks[2].configurations] == [str(i) for i in range(32, 40)]
+    blocks, left = figures.facets(configurations(axis_rows(**{"a.n": range(100)})))
+    assert (len(blocks), left) == (6, 4)
+
+
+def bars(ax: Any, label: str) -> list[float]:
+    """Widths of ``ax``'s bars labelled ``label``, top row first."""
+    (found,) = [c for c in ax.containers if c.get_label() == label]
+    return [p.get_width() for p in sorted(found.patches, key=lambda p: p.get_y())]
+
+
+def test_bar_rows_run_top_down_in_configuration_order_with_one_scale_per_panel() -> None:
+    """Row i of every block is configuration i (first at the top); each panel's x axis is
+    the same across blocks; FLOPs and TTFT bars are the seeds' means."""
+    docs = []
+    for seed in (0, 1):
+        for slots in range(1, 18):  # 17 configurations: two blocks
+            doc = result_doc("turns", "lru", slots, seed, 0.01 * slots + 0.02 * seed)
+            doc["totals"]["ttft"]["p99_s"] = 0.1 * slots + seed
+            if slots == 17:  # the second block's only row dwarfs the first block's
+                doc["totals"]["flops_saved"] = 1e15
+            docs.append(doc)
+    figure = figures.figure_flops_ttft(rows_of(docs))
+    assert isinstance(figure, Figure)
+    flops = [ax for ax in figure.axes if ax.get_xlabel() == "FLOPs saved"]
+    ttft = [ax for ax in figure.axes if ax.get_xlabel().startswith("modeled TTFT")]
+    assert len(flops) == len(ttft) == 2
+    assert all(ax.yaxis_inverted() for ax in figure.axes)
+    ticks = [t.get_text() for t in flops[0].get_yticklabels()]
+    assert ticks[:2] == ["checkpoint_slots=1", "checkpoint_slots=2"]
+    assert bars(flops[0], "FLOPs saved")[:2] == pytest.approx([2e12, 3e12])
+    assert bars(ttft[0], "TTFT p99")[:2] == pytest.approx([0.6, 0.7])
+    assert bars(ttft[0], "TTFT p50")[:2] == pytest.approx([0.0105, 0.0105])
+    for panel in (flops, ttft):
+        assert len({ax.get_xlim() for ax in panel}) == 1
+    assert flops[0].get_xlim()[1] >= 1e15
+
+
+def test_whiskers_span_each_panels_own_reasons_and_only_several_runs() -> None:
+    """Eviction whiskers run from the fewest to the most of the panel's own reasons; a
+    configuration of one run gets none (nor a legend entry)."""
+    docs = [result_doc("turns", "lru", 4, seed, 0.2, evictions=5 + 10 * seed) for seed in (0, 1)]
+    docs[1]["totals"]["evictions"]["kv:lru"] = 1000
+    figure = figures.figure_evictions(rows_of(docs))
+    assert isinstance(figure, Figure)
+    checkpoint, kv = figure.axes
+    (whiskers,) = [c for c in checkpoint.containers if isinstance(c, ErrorbarContainer)]
+    segments = whiskers.lines[2][0].get_segments()
+    assert [(s[0][0], s[1][0]) for s in segments] == [(5.0, 15.0)]
+    assert bars(checkpoint, "checkpoint:capacity") == [10.0]
+    assert bars(kv, "kv:lru") == [505.0]
+    single = figures.figure_evictions(rows_of(docs[:1]))
+    assert isinstance(single, Figure)
+    assert not [c for ax in single.axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    (legend,) = single.legends
+    assert figures.SPREAD_LABEL not in [t.get_text() for t in legend.get_texts()]
+
+
+@pytest.mark.parametrize(
+    ("p50", "p99", "log"),
+    [(0.001, 0.05, True), (0.01, 0.05, False), (0.0, 0.05, False)],
+)
+def test_ttft_goes_log_scale_when_it_spans_more_than_twenty_fold(
+    p50: float, p99: float, log: bool
+) -> None:
+    """TTFT is drawn on a log scale when its positive values span more than 20×."""
+    doc = result_doc("turns", "lru", 4, 0, 0.2)
+    doc["totals"]["ttft"].update(p50_s=p50, p99_s=p99)
+    figure = figures.figure_flops_ttft(rows_of([doc]))
+    assert isinstance(figure, Figure)
+    ax = figure.axes[1]
+    assert (ax.get_xscale() == "log") is log
+    assert ax.get_xlabel() == ("modeled TTFT (s, log scale)" if log else "modeled TTFT (s)")
+
+
+def test_flops_ttft_draws_what_numbers_there_are() -> None:
+    """A run without TTFT numbers still gets its FLOPs bar (skipped only when none has any)."""
+    doc = result_doc("turns", "lru", 4, 0, 0.2)
+    doc["totals"]["ttft"] = {}
+    figure = figures.figure_flops_ttft(rows_of([doc]))
+    assert isinstance(figure, Figure)
+    assert bars(figure.axes[0], "FLOPs saved") == [pytest.approx(2e13)]
+
+
+def test_eviction_panels_ignore_zero_counts_and_keep_unprefixed_reasons() -> None:
+    """Reasons counted 0 everywhere get no bar nor panel; a reason without a prefix is its
+    own kind."""
+    doc = result_doc("turns", "lru", 4, 0, 0.2)
+    doc["totals"]["evictions"] = {"checkpoint:capacity": 3, "kv:lru": 0, "host:x": 0, "gc": 2}
+    figure = figures.figure_evictions(rows_of([doc]))
+    assert isinstance(figure, Figure)
+    assert eviction_panels(figure) == {
+        "checkpoint slots evicted": {"checkpoint:capacity": [3.0]},
+        "KV blocks evicted": {},
+        "gc evictions": {"gc": [2.0]},
+    }
+
+
+def test_a_skipped_figure_removes_the_stale_png(tmp_path: Path) -> None:
+    """Redrawing into a folder deletes a figure that these results can no longer draw."""
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    (folder / "hit_rate_vs_pool.png").write_bytes(b"old")
+    done = figures.draw(rows_of([result_doc("turns", "lru", 4, 0, 0.2)]), folder)
+    assert isinstance(done["hit_rate_vs_pool"], str)
+    assert not (folder / "hit_rate_vs_pool.png").exists()
+
+
+def test_line_styles_colour_by_placement_on_a_tie() -> None:
+    """With as many placements as evictions, placement picks the colour."""
+    styles = figures.line_styles(style_rows(placement=["a", "b", "c"], eviction=["x", "y", "z"]))
+    for name, style in styles.items():
+        assert style.colour == figures.PALETTE["abc".index(name[0])]
+        assert (style.linestyle, style.marker) == figures.STROKES["xyz".index(name[-1])]
+
+
+def test_a_seed_without_ttft_does_not_pull_the_ttft_bar_to_zero() -> None:
+    """A seed whose TTFT is unknown is left out of its configuration's TTFT mean, not 0 s
+    (it used to halve the bar); a configuration where no seed has one gets no bar."""
+    docs = [result_doc("turns", "lru", 4, seed, 0.2) for seed in (0, 1)]
+    docs[1]["totals"]["ttft"] = {"p50_s": None, "p99_s": None, "count": 0}
+    lone = result_doc("turns", "fifo", 4, 0, 0.2)
+    lone["totals"]["ttft"] = {"p50_s": None, "p99_s": None, "count": 0}
+    figure = figures.figure_flops_ttft(rows_of(docs))
+    assert isinstance(figure, Figure)
+    assert bars(figure.axes[1], "TTFT p50") == [pytest.approx(0.01)]
+    assert bars(figure.axes[1], "TTFT p99") == [pytest.approx(0.05)]
+    figure = figures.figure_flops_ttft(rows_of([*docs, lone]))
+    assert isinstance(figure, Figure)
+    p50 = bars(figure.axes[1], "TTFT p50")
+    assert len(p50) == 2 and sorted(p50, key=math.isnan)[0] == pytest.approx(0.01)
+    assert sum(math.isnan(width) for width in p50) == 1
+
+
+def test_results_must_be_json_documents_with_totals(tmp_path: Path) -> None:
+    """A result file that is not JSON, or a JSON object without totals, is refused."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a.json").write_text('{"seed": 0, "config": {}}')
+    with pytest.raises(ReportError, match=r"a\.json: not a simulation result"):
+        load_results(results)
+    (results / "a.json").write_text("{not json")
+    with pytest.raises(ReportError, match=r"a\.json: not a JSON result"):
+        load_results(results)
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_facets_partition_the_configurations_within_the_limits(data: st.DataObject) -> None:
+    """Bar-figure blocks never exceed 6 × 16 rows, lose or repeat no configuration, and
+    are named by the first axis that fits, else cut in order with the rest counted."""
+    n = data.draw(st.integers(1, 120), label="values of the first axis")
+    m = data.draw(st.integers(1, 8), label="values of the second axis")
+    configs = configurations(axis_rows(**{"a.n": range(n), "b.m": range(m)}))
+    assert len(configs) == n * m
+    blocks, left = figures.facets(configs)
+    shown = [c for b in blocks for c in b.configurations]
+    assert 1 <= len(blocks) <= figures.MAX_FACETS
+    assert all(1 <= len(b.configurations) <= figures.MAX_ROWS for b in blocks)
+    assert len(shown) + left == len(configs)
+    assert len({id(c) for c in shown}) == len(shown)
+    if n * m <= figures.MAX_ROWS:
+        expected = [""]
+    elif n > 1 and n <= figures.MAX_FACETS and m <= figures.MAX_ROWS:
+        expected = [f"n={i}" for i in range(n)]
+    elif m > 1 and m <= figures.MAX_FACETS and n <= figures.MAX_ROWS:
+        expected = [f"m={j}" for j in range(m)]
+    else:
+        parts = -(-n * m // figures.MAX_ROWS)
+        expected = [f"part {i + 1} of {parts}" for i in range(min(parts, figures.MAX_FACETS))]
+        assert shown == configs[: len(shown)]
+    assert [b.title for b in blocks] == expected

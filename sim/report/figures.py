@@ -487,14 +487,15 @@ def _bar_figure(rows: Sequence[Row], panels: Sequence[Panel], title: str) -> Fig
 def _spread(
     ax: Axes,
     configs: Sequence[Configuration],
-    value: Callable[[Row], float],
+    value: Callable[[Row], float | None],
     positions: Sequence[float],
     label: str,
 ) -> None:
-    """Min–max whiskers over each configuration's runs, where there are several."""
+    """Min–max whiskers over each configuration's runs that have a value, where there
+    are several."""
     lows, highs, means, shown = [], [], [], []
     for config, position in zip(configs, positions, strict=True):
-        values = [value(row) for row in config.rows]
+        values = _present(config, value)
         if len(values) > 1:
             mean = _mean(values)
             lows.append(max(0.0, mean - min(values)))  # rounding can put the mean outside
@@ -520,8 +521,19 @@ LOG_SPREAD = 20.0
 SPREAD_LABEL = "min–max over seeds"
 
 
-def _means(configs: Sequence[Configuration], value: Callable[[Row], float]) -> list[float]:
-    return [_mean([value(row) for row in config.rows]) for config in configs]
+def _present(config: Configuration, value: Callable[[Row], float | None]) -> list[float]:
+    """The values of ``config``'s runs, leaving out the runs without one (``None``)."""
+    return [v for row in config.rows if (v := value(row)) is not None]
+
+
+def _means(configs: Sequence[Configuration], value: Callable[[Row], float | None]) -> list[float]:
+    """Each configuration's mean over its runs that have a value; NaN (no bar) if none has.
+    A missing number is not 0: a run with no first token has no TTFT."""
+    means = []
+    for config in configs:
+        values = _present(config, value)
+        means.append(_mean(values) if values else float("nan"))
+    return means
 
 
 def figure_evictions(rows: Sequence[Row]) -> Figure | str:
@@ -584,8 +596,8 @@ def _stacker(
 def _draw_flops(ax: Axes, configs: Sequence[Configuration]) -> None:
     positions = list(range(len(configs)))
 
-    def flops(row: Row) -> float:
-        return row.total("flops_saved") or 0.0
+    def flops(row: Row) -> float | None:
+        return row.total("flops_saved")
 
     ax.barh(positions, _means(configs, flops), color=PALETTE[2], label="FLOPs saved")
     _spread(ax, configs, flops, positions, SPREAD_LABEL)
@@ -610,8 +622,8 @@ def _draw_ttft(ax: Axes, configs: Sequence[Configuration]) -> None:
     ):
         positions = [i + offset for i in range(len(configs))]
 
-        def ttft(row: Row, key: str = key) -> float:
-            return row.total("ttft", key) or 0.0
+        def ttft(row: Row, key: str = key) -> float | None:
+            return row.total("ttft", key)
 
         ax.barh(positions, _means(configs, ttft), width, color=colour, label=f"TTFT {key[:3]}")
         _spread(ax, configs, ttft, positions, SPREAD_LABEL)
