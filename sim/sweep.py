@@ -33,6 +33,7 @@ from typing import Any
 from tqdm import tqdm
 
 from reference.errors import InvalidConfigError
+from sim.engine.config import MAX_SEED
 from sim.engine.result import finite_json
 from sim.outputs import OutputPathError, check_output_dir
 from sim.report import RESULTS_DIR, build_report, git_revision
@@ -412,18 +413,19 @@ def parse_axis(text: str) -> tuple[str, list[object]]:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``0,1,2`` -> ``[0, 1, 2]``: at least one seed, each an integer >= 0.
+    """``0,1,2`` -> ``[0, 1, 2]``: at least one seed, each an integer in
+    ``[0, MAX_SEED]`` (``2**63 - 1``, what :class:`SimConfig` takes).
 
     Raises:
-        InvalidConfigError: no seed, or one that is not an integer >= 0.
+        InvalidConfigError: no seed, or one that is not such an integer.
     """
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError as error:
         raise InvalidConfigError(f"--seeds wants integers like 0,1,2, got {text!r}") from error
-    if not seeds or any(seed < 0 for seed in seeds):
+    if not seeds or any(not 0 <= seed <= MAX_SEED for seed in seeds):
         raise InvalidConfigError(
-            f"--seeds wants one or more integers >= 0 like 0,1,2, got {text!r}"
+            f"--seeds wants one or more integers in [0, {MAX_SEED}] like 0,1,2, got {text!r}"
         )
     return seeds
 

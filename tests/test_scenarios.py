@@ -3,19 +3,28 @@ the no-argument run and the golden numbers of every shipped scenario."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import json
 import math
 import sys
+import tomllib
 import types
 from pathlib import Path
+from typing import cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.cli import main
+from sim.engine.result import SimResult
 from sim.scenarios import (
     SCENARIO_DIR,
     Scenario,
     ScenarioError,
+    WorkloadSpec,
     check_expectations,
     load_default_scenario,
     load_scenario,
@@ -24,6 +33,7 @@ from sim.scenarios import (
     write_result,
 )
 from sim.scenarios.golden import REGENERATE, check_golden
+from sim.scenarios.schema import EXPECTATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGED_DEFAULT = ROOT / "sim" / "scenarios" / "default.toml"
@@ -658,3 +668,650 @@ def test_run_checks_output_paths_before_running(
     assert ran == []
     assert main(["run", str(path), "--quiet", "--json", "new/dir/r.json"]) == 0
     assert (tmp_path / "new" / "dir" / "r.json").is_file() and ran == [1]
+
+
+# --- pinned by hand mutation testing: types, bounds, defaults, messages ----------------
+
+#: The smallest valid scenario file: everything else takes its documented default.
+MINIMAL = '[scenario]\nname = "minimal"\n\n[workload]\ngenerator = "chat"\nrequests = 1\n'
+
+
+def minimal_with(lines: str) -> str:
+    """:data:`MINIMAL` with ``lines`` (a ``[table]`` header, then keys) added to it."""
+    header, _, body = lines.partition("\n")
+    if header in ("[scenario]", "[workload]"):
+        text = MINIMAL.replace(f"{header}\n", f"{header}\n{body}\n")
+        return text.replace('name = "minimal"\n', "", 1) if "name =" in body else text
+    return f"{MINIMAL}\n{lines}\n"
+
+
+def test_a_minimal_file_takes_the_documented_defaults(tmp_path: Path) -> None:
+    """Every key left out takes the default docs/SCENARIOS.md gives it."""
+    scenario = load_scenario(write(tmp_path, MINIMAL))
+    config = scenario.sim_config
+    assert (scenario.name, scenario.description, scenario.seed, scenario.seeds) == (
+        "minimal",
+        "",
+        0,
+        (0,),
+    )
+    assert (config.model, config.gpu) == ("nemotron-h-8b", "h200")
+    assert (config.block_size, config.hash_unit, config.token_budget) == (16, None, 8192)
+    assert (config.kv_blocks, config.checkpoint_slots) == (None, None)
+    assert config.checkpoint_budget_bytes == 16 * 2**30
+    assert (config.max_num_seqs, config.spec_tokens, config.spec_acceptance) == (256, 0, 0.7)
+    assert (config.sample_interval_s, config.fuse_decode_steps) == (1.0, True)
+    assert (config.mfu, config.mbu, config.copy_efficiency) == (0.5, 0.8, 0.8)
+    assert (config.step_overhead_s, config.copy_launch_s) == (0.0005, 0.000005)
+    assert (config.placement, config.placement_params) == ("block-floor", {})
+    assert (config.eviction, config.eviction_params) == ("lru", {})
+    assert (config.backend, config.impl, config.check_exactness) == ("shadow", None, True)
+    assert config.closed_loop is True
+    assert config.faults == type(config.faults)()  # every fault off
+    assert scenario.workload == WorkloadSpec("multi_turn_chat", 1, {}, None, "sessions")
+    assert scenario.expect == {"max_lockstep_violations": 0}
+    assert scenario.sweep_axes == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "expected"),
+    [
+        ("[cache]\nblock_size = true", "cache.block_size", "an integer >= 1 and <= 65536"),
+        ("[engine]\nmax_num_seqs = false", "engine.max_num_seqs", "an integer >= 1 and <= 1048576"),
+        ("[engine]\nmfu = true", "engine.mfu", "a number in (0.0, 1.0]"),
+        ("[faults]\ncopy_delay_s = true", "faults.copy_delay_s", "a number in [0.0, 3600.0]"),
+        ("[engine]\nfuse_decode_steps = 1", "engine.fuse_decode_steps", "true or false"),
+        ("[backend]\ncheck_exactness = 0", "backend.check_exactness", "true or false"),
+        ("[cache]\nblock_size = 16.0", "cache.block_size", "an integer >= 1 and <= 65536"),
+        ('[backend]\nimpl = ""', "backend.impl", "a non-empty string"),
+        ('[workload]\ntrace = ""', "workload.trace", "a non-empty string"),
+        (
+            "[scenario]\nseeds = []",
+            "scenario.seeds",
+            "a non-empty list of integers >= 0 and <= 9223372036854775807",
+        ),
+        (
+            "[scenario]\nseeds = [1, true]",
+            "scenario.seeds",
+            "a non-empty list of integers >= 0 and <= 9223372036854775807",
+        ),
+        ("[cache]\nhash_unit = 0", "cache.hash_unit", "an integer >= 1 and <= 65536"),
+        ("[engine]\nspec_tokens = -1", "engine.spec_tokens", "an integer >= 0 and <= 1024"),
+        ("[engine]\nmfu = 0.0", "engine.mfu", "a number in (0.0, 1.0]"),
+        ("[engine]\nmbu = 0", "engine.mbu", "a number in (0.0, 1.0]"),
+        ("[engine]\ncopy_efficiency = 1.5", "engine.copy_efficiency", "a number in (0.0, 1.0]"),
+        (
+            "[engine]\nsample_interval_s = 0.0",
+            "engine.sample_interval_s",
+            "a number in (0.0, 3600.0]",
+        ),
+        ("[engine]\nspec_acceptance = 1.01", "engine.spec_acceptance", "a number in [0.0, 1.0]"),
+        ("[engine]\nstep_overhead_s = -0.1", "engine.step_overhead_s", "a number in [0.0, 3600.0]"),
+        (
+            "[engine]\nstep_overhead_s = 1" + "0" * 400,
+            "engine.step_overhead_s",
+            "a number in [0.0, 3600.0]",
+        ),
+        (
+            "[faults]\ncapture_failure_rate = 1.5",
+            "faults.capture_failure_rate",
+            "a number in [0.0, 1.0]",
+        ),
+        (
+            "[faults]\npreempt_mid_prefill_rate = -0.5",
+            "faults.preempt_mid_prefill_rate",
+            "a number in [0.0, 1.0]",
+        ),
+        ("[faults]\ncopy_delay_s = nan", "faults.copy_delay_s", "a number in [0.0, 3600.0]"),
+        ("[expect]\nmax_ttft_p99_s = inf", "expect.max_ttft_p99_s", "a number >= 0.0"),
+        ("[expect]\nmax_ttft_p99_s = -1.0", "expect.max_ttft_p99_s", "a number >= 0.0"),
+        (
+            "[expect]\nmax_preemptions = 1.5",
+            "expect.max_preemptions",
+            "an integer >= 0 and <= 9223372036854775807",
+        ),
+        (
+            "[expect]\nmin_restores = 2.0",
+            "expect.min_restores",
+            "an integer >= 0 and <= 9223372036854775807",
+        ),
+        (
+            "[expect]\nmin_evictions = -1",
+            "expect.min_evictions",
+            "an integer >= 0 and <= 9223372036854775807",
+        ),
+        (
+            "[expect]\nmax_rejected = true",
+            "expect.max_rejected",
+            "an integer >= 0 and <= 9223372036854775807",
+        ),
+        (
+            "[expect]\nmin_request_hit_rate = 1.5",
+            "expect.min_request_hit_rate",
+            "a number in [0.0, 1.0]",
+        ),
+    ],
+)
+def test_wrong_types_and_out_of_range_values_are_errors(
+    tmp_path: Path, line: str, key: str, expected: str
+) -> None:
+    """A bool for a number, a number for a bool, an empty string or list, a value just
+    outside its range or non-finite is an error naming its key."""
+    error = load_error(tmp_path, minimal_with(line))
+    assert (error.key, error.expected) == (key, expected)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[engine]\nspec_acceptance = 0.0",
+        "[engine]\nspec_acceptance = 1",
+        "[engine]\nspec_tokens = 0",
+        "[engine]\nmfu = 1.0",
+        "[engine]\nsample_interval_s = 3600",
+        "[engine]\nstep_overhead_s = 0",
+        "[faults]\ncapture_failure_rate = 1.0",
+        "[cache]\nblock_size = 65536\nhash_unit = 65536",
+        "[expect]\nmin_restores = 0",
+        "[expect]\nmax_ttft_p99_s = 0",
+        "[expect]\nmin_token_hit_rate = 0.5\nmax_token_hit_rate = 0.5",
+        '[scenario]\nname = "' + "x" * 100 + '"',
+        "[scenario]\nseeds = [0, 9223372036854775807]",
+    ],
+)
+def test_values_on_the_edge_of_their_range_load(tmp_path: Path, line: str) -> None:
+    """The documented bounds are inclusive where the docs say ``[``/``]`` (and a min_*
+    bound may equal its max_* bound)."""
+    assert isinstance(load_scenario(write(tmp_path, minimal_with(line))), Scenario)
+
+
+@given(data=st.data())
+def test_integer_and_number_checks_follow_their_bounds(data: st.DataObject) -> None:
+    """An integer key takes exactly the ints in its range (never a bool or float); a
+    number key takes the finite numbers in its range, open on the left when strict."""
+    from sim.scenarios.schema import SCHEMA
+
+    block_size = SCHEMA["cache"]["block_size"].check
+    value = data.draw(st.integers(-3, 2**16 + 3), label="block_size")
+    assert (block_size(value) is None) == (1 <= value <= 2**16)
+    assert block_size(float(value)) == "an integer >= 1 and <= 65536"
+    mfu = SCHEMA["engine"]["mfu"].check
+    number = data.draw(st.floats(allow_nan=True, allow_infinity=True), label="mfu")
+    assert (mfu(number) is None) == (0.0 < number <= 1.0)
+    assert mfu(0) == mfu(True) == "a number in (0.0, 1.0]"
+    overhead = SCHEMA["engine"]["step_overhead_s"].check
+    assert (overhead(number) is None) == (0.0 <= number <= 3600.0)
+    assert overhead(10**400) == "a number in [0.0, 3600.0]"
+
+
+def test_a_required_key_that_is_missing_is_found_as_nothing(tmp_path: Path) -> None:
+    """The message of a missing required key says "found nothing", not a repr."""
+    error = load_error(tmp_path, MINIMAL.replace("requests = 1\n", ""))
+    assert error.key == "workload.requests"
+    assert (
+        error.detail == "workload.requests: found nothing, expected a value: requests to simulate"
+    )
+
+
+def test_a_long_value_is_cut_short_in_the_message(tmp_path: Path) -> None:
+    """A 401-digit value is shown as its first 100 characters and its length."""
+    error = load_error(tmp_path, MINIMAL + "\n[engine]\nmfu = 1" + "0" * 400 + "\n")
+    assert error.key == "engine.mfu" and error.value == 10**400
+    shown = "1" + "0" * 99 + "... (401 characters)"
+    assert error.detail == f"engine.mfu: found {shown}, expected a number in (0.0, 1.0]"
+
+
+def test_override_key_paths_must_be_well_formed(tmp_path: Path) -> None:
+    """An override path with an empty part, or one through a value that is not a table,
+    is an error naming the path (not a TypeError)."""
+    scenario = load_scenario(write(tmp_path, TINY))
+    with pytest.raises(ScenarioError) as info:
+        scenario.with_overrides({"cache..block_size": 16})
+    assert info.value.key == "cache..block_size"
+    assert info.value.expected == "a dotted key path like cache.block_size"
+    with pytest.raises(ScenarioError) as info:
+        scenario.with_overrides({"cache.block_size.x": 1})
+    assert (info.value.key, info.value.value) == ("cache.block_size", 16)
+    assert info.value.expected == "a table to set cache.block_size.x in"
+    assert info.value.file == str(scenario.path)
+
+
+def test_file_level_errors_name_the_file(tmp_path: Path) -> None:
+    """A missing file and a file that is not UTF-8 are ScenarioErrors keyed "(file)"."""
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(missing)
+    assert (info.value.file, info.value.key) == (str(missing), "(file)")
+    assert info.value.expected.startswith("a readable file (")
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b'[scenario]\nname = "\xff\xfe"\n')
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(binary)
+    assert (info.value.file, info.value.key) == (str(binary), "(file)")
+    assert info.value.expected.startswith("valid UTF-8 TOML (")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ("cache = 5\n", "cache", "a table"),
+        ("expect = 5\n", "expect", "a table"),
+        ("sweep = 5\n", "sweep", "a table of dotted key paths to lists"),
+        (
+            "[placement]\nparams = 5\n",
+            "placement.params",
+            "a table of keyword arguments of the placement policy",
+        ),
+        (
+            "[workload.x]\n",
+            "workload.x",
+            "a key of [workload] (generator, trace, trace_format, sessions, requests, params)",
+        ),
+    ],
+)
+def test_tables_must_be_tables(tmp_path: Path, text: str, key: str, expected: str) -> None:
+    """A value where a table belongs is an error naming that table, not a crash."""
+    whole = MINIMAL + "\n" + text if text.startswith("[") else text + MINIMAL
+    error = load_error(tmp_path, whole)
+    assert (error.key, error.expected) == (key, expected)
+
+
+def test_a_typo_of_params_is_suggested(tmp_path: Path) -> None:
+    """``params`` counts among a table's known keys, so a near-miss gets a suggestion."""
+    error = load_error(tmp_path, MINIMAL + "\n[placement]\nparam = { margin = 4 }\n")
+    assert error.key == "placement.param"
+    assert error.expected == "a key of [placement] (policy, params); did you mean 'params'?"
+
+
+def test_lockstep_bounds_both_kept_when_both_given(tmp_path: Path) -> None:
+    """``min_lockstep_violations`` drops the default max of 0 only when no max is given."""
+    text = TINY.replace(
+        "max_lockstep_violations = 0", "min_lockstep_violations = 1\nmax_lockstep_violations = 3"
+    )
+    scenario = load_scenario(write(tmp_path, text))
+    assert scenario.expect == {"min_lockstep_violations": 1, "max_lockstep_violations": 3}
+    assert load_scenario(
+        write(tmp_path, TINY.replace("[expect]\n", "[expect]\nmin_restores = 1\n"))
+    ).expect == {"min_restores": 1, "max_lockstep_violations": 0}
+
+
+def test_sweep_as_nested_tables_and_cross_field_errors(tmp_path: Path) -> None:
+    """Nested ``[sweep.table]`` keys flatten to dotted paths, and a sweep value that breaks
+    another key's rule names that key after the axis."""
+    text = (
+        MINIMAL
+        + '\n[sweep.eviction]\npolicy = ["lru", "fifo"]\n[sweep.placement]\npolicy = ["turns"]\n'
+    )
+    axes = load_scenario(write(tmp_path, text)).sweep_axes
+    assert axes == {"eviction.policy": ["lru", "fifo"], "placement.policy": ["turns"]}
+    text = TINY.replace('"cache.checkpoint_slots" = [4, 16]', '"engine.max_num_seqs" = [16, 2048]')
+    error = load_error(tmp_path, text)
+    assert (error.key, error.value) == ("sweep.engine.max_num_seqs[1]", 2048)
+    assert error.expected == (
+        "cache.token_budget: >= engine.max_num_seqs * (1 + engine.spec_tokens) = 2048"
+    )
+
+
+def test_seed_defaults_to_the_first_of_seeds(tmp_path: Path) -> None:
+    """Without ``scenario.seed`` the seed is the first of ``scenario.seeds``; with it,
+    ``scenario.seed`` wins."""
+    text = MINIMAL.replace('name = "minimal"\n', 'name = "minimal"\nseeds = [5, 7]\n')
+    scenario = load_scenario(write(tmp_path, text))
+    assert (scenario.seed, scenario.seeds, scenario.sim_config.seed) == (5, (5, 7), 5)
+    scenario = load_scenario(write(tmp_path, text.replace("seeds =", "seed = 9\nseeds =")))
+    assert (scenario.seed, scenario.seeds, scenario.sim_config.seed) == (9, (5, 7), 9)
+
+
+def test_cache_cross_field_rules(tmp_path: Path) -> None:
+    """The token budget must cover every sequence's decode and speculative tokens (exactly
+    enough is enough), and a byte budget of more than 2^22 KV pages is an error."""
+    engine = "\n[engine]\nmax_num_seqs = 16\nspec_tokens = 3\n"
+    enough = MINIMAL + engine + "\n[cache]\ntoken_budget = 64\n"
+    assert load_scenario(write(tmp_path, enough)).sim_config.token_budget == 64
+    error = load_error(tmp_path, enough.replace("token_budget = 64", "token_budget = 63"))
+    assert (error.key, error.value) == ("cache.token_budget", 63)
+    assert error.expected == ">= engine.max_num_seqs * (1 + engine.spec_tokens) = 64"
+    error = load_error(tmp_path, MINIMAL + "\n[cache]\nkv_budget_bytes = 1125899906842624\n")
+    assert error.key == "cache.kv_budget_bytes"
+    assert error.expected.startswith("at least one and at most 4194304 KV pages (")
+
+
+def test_backend_and_policy_parameter_errors(tmp_path: Path) -> None:
+    """``external`` needs ``backend.impl``; a non-finite or unknown placement parameter is
+    an error of ``placement.params``."""
+    error = load_error(tmp_path, MINIMAL + '\n[backend]\nname = "external"\n')
+    assert (error.key, error.value) == ("backend.impl", None)
+    assert error.expected == "module:factory for backend 'external'"
+    policy = '\n[placement]\npolicy = "interval"\n'
+    error = load_error(tmp_path, MINIMAL + policy + "params = { every = inf }\n")
+    assert (error.key, error.value) == ("placement.params.every", math.inf)
+    assert error.expected == "finite numbers (no nan or inf)"
+    error = load_error(tmp_path, MINIMAL + policy + "params = { bogus = 1 }\n")
+    assert (error.key, error.value) == ("placement.params", {"bogus": 1})
+    assert error.expected.startswith("valid parameters (")
+
+
+def test_workload_is_a_generator_or_a_trace(tmp_path: Path) -> None:
+    """Exactly one of generator and trace; no parameters with a trace; the trace a file."""
+    (tmp_path / "t.jsonl").write_text((ROOT / "tests" / "data" / "session_trace.jsonl").read_text())
+    both = MINIMAL.replace("requests = 1", 'requests = 1\ntrace = "t.jsonl"')
+    error = load_error(tmp_path, both)
+    assert (error.key, error.value) == ("workload.generator", "chat")
+    assert error.expected == "exactly one of workload.generator and workload.trace"
+    error = load_error(tmp_path, MINIMAL.replace('generator = "chat"\n', ""))
+    assert (error.key, error.value) == ("workload.generator", None)
+    traced = MINIMAL.replace('generator = "chat"', 'trace = "t.jsonl"')
+    assert load_scenario(write(tmp_path, traced)).workload.trace == str(tmp_path / "t.jsonl")
+    error = load_error(tmp_path, traced + "\n[workload.params]\nturns = 3\n")
+    assert (error.key, error.value) == ("workload.params", {"turns": 3})
+    assert error.expected == "no parameters with a trace"
+    (tmp_path / "folder.jsonl").mkdir()
+    for name in ("absent.jsonl", "folder.jsonl"):
+        error = load_error(tmp_path, traced.replace("t.jsonl", name))
+        assert (error.key, error.value) == ("workload.trace", str(tmp_path / name))
+        assert error.expected == "an existing trace file"
+
+
+def test_overrides_check_sweep_values_and_name_the_embedded_default() -> None:
+    """``with_overrides`` validates a new ``[sweep]`` too; errors of the embedded default
+    (no file) name it ``<scenario NAME>``."""
+    default = load_default_scenario()
+    with pytest.raises(ScenarioError) as info:
+        default.with_overrides({"sweep": {"eviction.policy": ["lru", "nope"]}})
+    assert (info.value.key, info.value.value) == ("sweep.eviction.policy[1]", "nope")
+    assert info.value.file == f"<scenario {default.name}>"
+    with pytest.raises(ScenarioError) as info:
+        default.with_overrides({"cache.block_size": 0})
+    assert str(info.value).startswith(f"<scenario {default.name}>: cache.block_size: found 0, ")
+
+
+def test_build_scenario_leaves_the_parsed_tables_alone(tmp_path: Path) -> None:
+    """Resolving a relative arrivals path edits a copy: the caller's tables stay as given."""
+    from sim.scenarios.loader import build_scenario
+
+    (tmp_path / "arrivals.jsonl").write_text('{"t": 0}\n{"t": 1.5}\n')
+    text = TINY.replace(
+        'arrivals = { kind = "poisson", rate_per_s = 2.0 }',
+        'arrivals = { kind = "trace", path = "arrivals.jsonl", field = "t", unit_s = 1.0 }',
+    )
+    parsed = tomllib.loads(text)
+    before = copy.deepcopy(parsed)
+    scenario = build_scenario(parsed, "x.toml", None, base_dir=tmp_path)
+    assert parsed == before
+    assert scenario.workload.params["arrivals"]["path"] == str(tmp_path / "arrivals.jsonl")
+
+
+def test_run_scenario_seeds_workload_and_engine_with_the_given_seed(tmp_path: Path) -> None:
+    """``seed=`` (0 included) replaces the scenario's seed for the workload and the engine
+    alike, and the progress callback counts every request that left."""
+    scenario = load_scenario(write(tmp_path, TINY.replace("requests = 20", "requests = 6")))
+    calls: list[int] = []
+    result = run_scenario(scenario, seed=0, progress=calls.append)
+    assert result.seed == 0 and sum(calls) == 6
+    same = run_scenario(scenario.with_overrides({"scenario.seed": 0}))
+    assert result.totals == same.totals
+    assert run_scenario(scenario).totals != result.totals
+
+
+@functools.cache
+def _default_scenario() -> Scenario:
+    return load_default_scenario()
+
+
+def _expectation_result(totals: dict[str, object], counts: dict[str, int]) -> SimResult:
+    return cast(SimResult, types.SimpleNamespace(totals=totals, lockstep={"counts": counts}))
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_each_expectation_bounds_the_number_it_names(data: st.DataObject) -> None:
+    """Every ``[expect]`` key reads its own number from a result and fails exactly when a
+    ``max_*`` bound is exceeded or a ``min_*`` bound not reached (equal is met)."""
+    count = st.integers(0, 10**7)
+    evictions = data.draw(
+        st.dictionaries(
+            st.sampled_from(["checkpoint:capacity", "checkpoint:pressure", "kv:capacity"]), count
+        ),
+        label="evictions",
+    )
+    counts = data.draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), count), label="counts")
+    rates = [data.draw(st.floats(0, 1), label=f"rate{i}") for i in range(2)]
+    numbers = {
+        k: data.draw(count, label=k)
+        for k in ("restores", "published", "rejected", "pre", "acc", "prop")
+    }
+    p99 = data.draw(st.one_of(st.none(), st.floats(0, 100)), label="p99")
+    totals: dict[str, object] = {
+        "token_hit_rate": rates[0],
+        "request_hit_rate": rates[1],
+        "restores": {"count": numbers["restores"]},
+        "captures": {"published": numbers["published"]},
+        "evictions": evictions,
+        "requests": {"rejected": numbers["rejected"]},
+        "preemptions": numbers["pre"],
+        "speculative": {"accepted": numbers["acc"], "proposed": numbers["prop"]},
+        "ttft": {"p99_s": p99},
+    }
+    readings: dict[str, float] = {
+        "token_hit_rate": rates[0],
+        "request_hit_rate": rates[1],
+        "lockstep_violations": sum(counts.values()),
+        "restores": numbers["restores"],
+        "captures_published": numbers["published"],
+        "evictions": sum(evictions.values()),
+        "checkpoint_evictions": sum(v for k, v in evictions.items() if k.startswith("checkpoint")),
+        "rejected": numbers["rejected"],
+        "preemptions": numbers["pre"],
+        "spec_accepted": numbers["acc"],
+        "ttft_p99_s": math.inf if p99 is None else p99,
+    }
+    result = _expectation_result(totals, counts)
+    scenario = _default_scenario()
+    for key in EXPECTATIONS:
+        upper, name = key.startswith("max_"), key.split("_", 1)[1]
+        reading = readings[name]
+        integral = isinstance(reading, int)
+        for step in (-1, 0, 1):
+            bound = reading + step * (1 if integral else 0.25) if math.isfinite(reading) else 5.0
+            if bound < 0:
+                continue
+            failures = check_expectations(
+                dataclasses.replace(scenario, expect={key: bound}), result
+            )
+            met = reading <= bound if upper else reading >= bound
+            shown = str(reading) if integral else f"{reading:g}"
+            relation = "at most" if upper else "at least"
+            assert failures == (
+                []
+                if met
+                else [f"{key}: {EXPECTATIONS[key].what} is {shown}, expected {relation} {bound:g}"]
+            ), (key, reading, bound)
+
+
+def test_a_result_file_ends_with_a_newline(tmp_path: Path) -> None:
+    """``write_result`` writes the result JSON and a final newline."""
+    scenario = load_scenario(write(tmp_path, TINY.replace("requests = 20", "requests = 2")))
+    result = run_scenario(scenario)
+    path = write_result(result, tmp_path / "r.json")
+    assert path.read_text(encoding="utf-8") == result.to_json() + "\n"
+
+
+def test_golden_compare_is_strict_on_types_and_tight_on_floats() -> None:
+    """Floats agree to 1e-12 relative (no absolute slack), an int equals the same float,
+    a bool or string never equals a number, and a new key is a difference."""
+    from sim.scenarios.golden import compare
+
+    assert compare({"x": 1.0}, {"x": 1.0 + 1e-9}) == ["x: expected 1.0, got 1.000000001"]
+    assert compare({"x": 0.0}, {"x": 1e-300}) == ["x: expected 0.0, got 1e-300"]
+    assert compare({"x": 3}, {"x": 3.0}) == []
+    assert compare({"x": True}, {"x": 1}) == ["x: expected True, got 1"]
+    assert compare({"x": True}, {"x": 1.0}) == ["x: expected True, got 1.0"]
+    assert compare({"x": "1"}, {"x": 1}) == ["x: expected '1', got 1"]
+    assert compare({}, {"y": 2}) == ["y: new key, now 2"]
+
+
+def test_golden_main_writes_compares_and_names_scenarios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m sim.scenarios.golden``: --write NAME writes only that (sorted) file,
+    a compare exits 1 on a changed number or a missing file, an unknown name is an error."""
+    from sim.scenarios import golden
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    small = TINY.replace("requests = 20", "requests = 4")
+    write(folder, small, "tiny.toml")
+    write(folder, small.replace('name = "tiny"', 'name = "other"'), "other.toml")
+    monkeypatch.setattr(golden, "SCENARIO_DIR", folder)
+    monkeypatch.setattr(golden, "GOLDEN_DIR", tmp_path / "golden")
+    assert golden.main(["--write", "tiny"]) == 0
+    assert [p.name for p in (tmp_path / "golden").iterdir()] == ["tiny.json"]
+    text = (tmp_path / "golden" / "tiny.json").read_text(encoding="utf-8")
+    summary = json.loads(text)
+    assert text == json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    capsys.readouterr()
+    assert golden.main(["tiny"]) == 0
+    assert capsys.readouterr().out == "tiny: ok\n"
+    assert golden.main([]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("other: CHANGED\n  no golden file ") and out.endswith("tiny: ok\n")
+    summary["steps"] += 1
+    (tmp_path / "golden" / "tiny.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert golden.main(["tiny"]) == 1
+    steps = summary["steps"]
+    assert capsys.readouterr().out == f"tiny: CHANGED\n  steps: expected {steps}, got {steps - 1}\n"
+    with pytest.raises(SystemExit) as info:
+        golden.main(["tiny", "nope"])
+    assert info.value.code == 2
+    assert "unknown scenario(s): nope" in capsys.readouterr().err
+
+
+# --- hyckpt run / check / no arguments, pinned by hand mutation testing -----------------
+
+
+def test_run_takes_seed_zero_and_refuses_seeds_beyond_the_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--seed 0`` is a seed (not "unset"); ``--seed 2**63`` is a usage error."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, TINY.replace("requests = 20", "requests = 3"))
+    assert main(["run", str(path), "--seed", "0", "--quiet", "--out", "o"]) == 0
+    assert json.loads((tmp_path / "o" / "tiny-seed0.json").read_text())["seed"] == 0
+    assert main(["run", str(path), "--seed", str(2**63), "--quiet"]) == 2
+    assert "--seed must be an integer >= 0 and <= 9223372036854775807" in capsys.readouterr().err
+
+
+def test_run_checks_the_result_file_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result path that is a folder is a usage error before the simulation starts."""
+    from sim.scenarios import command
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, TINY)
+    (tmp_path / "o" / "tiny-seed3.json").mkdir(parents=True)
+    ran: list[int] = []
+    monkeypatch.setattr(command, "run_scenario", lambda *a, **k: ran.append(1))
+    assert main(["run", str(path), "--quiet", "--out", "o"]) == 2
+    assert capsys.readouterr().err.startswith("hyckpt: error: cannot write ")
+    assert ran == []
+
+
+def test_run_lists_failures_with_the_scenario_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each failed expectation is printed as ``  <name>: <key>: ...``."""
+    monkeypatch.chdir(tmp_path)
+    text = TINY.replace("requests = 20", "requests = 3")
+    path = write(tmp_path, text.replace("[expect]", "[expect]\nmin_restores = 1000"))
+    assert main(["run", str(path), "--quiet"]) == 1
+    assert "  tiny: min_restores: restores is " in capsys.readouterr().err
+
+
+def test_a_path_wins_over_a_shipped_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hyckpt run X`` loads the file X when there is one, before scenarios/X.toml."""
+    from sim.scenarios.command import resolve
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, TINY, "memory-pressure")
+    assert resolve("memory-pressure").name == "tiny"
+    assert resolve("default").path is None
+    with pytest.raises(ScenarioError) as info:
+        resolve("nonexistent-name")
+    assert (info.value.file, info.value.key) == ("nonexistent-name", "(file)")
+
+
+def test_check_exit_codes_and_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hyckpt check`` checks scenarios/*.toml in name order, exits 2 when there is none
+    and 1 when a file fails with any exception."""
+    from sim.scenarios import command
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    monkeypatch.setattr(command, "SCENARIO_DIR", folder)
+    assert main(["check"]) == 2
+    assert f"hyckpt: error: no scenario files in {folder}" in capsys.readouterr().err
+    for name in ("b", "a", "c"):
+        write(folder, TINY, f"{name}.toml")
+    assert main(["check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{folder / name}.toml: ok" for name in "abc"]
+
+    def crash(path: Path) -> Scenario:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(command, "load_scenario", crash)
+    assert main(["check", str(folder / "a.toml")]) == 1
+    assert capsys.readouterr().out == f"{folder / 'a.toml'}: error: RuntimeError: unexpected\n"
+
+
+def test_no_arguments_runs_every_seed_and_fails_if_any_seed_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every seed of ``scenario.seeds`` runs with its own seed; the exit is 1 when any
+    seed (not only the last) fails an expectation."""
+    from sim.scenarios import command
+
+    small = load_default_scenario().with_overrides(
+        {"workload.requests": 3, "scenario.seeds": [1, 2], "expect": {}}
+    )
+    monkeypatch.setattr(command, "load_default_scenario", lambda: small)
+    monkeypatch.setitem(sys.modules, "sim.report", None)
+    monkeypatch.chdir(tmp_path)
+    verdicts = iter([["first seed failed"], []])
+    monkeypatch.setattr(command, "check_expectations", lambda s, r: next(verdicts))
+    assert main([]) == 1
+    out = capsys.readouterr().out
+    assert f"scenario {small.name!r}" in out and "for seeds 1, 2;" in out
+    assert f"  {small.name}: first seed failed" in out
+    assert "report: skipped (sim.report is not available)" in out
+    results = tmp_path / "reports" / small.name / "runs" / "results"
+    for seed in (1, 2):
+        assert json.loads((results / f"{small.name}-seed{seed}.json").read_text())["seed"] == seed
+
+
+def test_no_arguments_checks_every_result_path_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result path of the last seed that cannot be written stops the run before any
+    seed runs; a report module without ``build_report`` is skipped with a message."""
+    from sim.scenarios import command
+
+    small = load_default_scenario().with_overrides(
+        {"workload.requests": 3, "scenario.seeds": [1, 2], "expect": {}}
+    )
+    monkeypatch.setattr(command, "load_default_scenario", lambda: small)
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "reports" / small.name / "runs" / "results"
+    (results / f"{small.name}-seed2.json").mkdir(parents=True)
+    assert main([]) == 2
+    assert "cannot write " in capsys.readouterr().err
+    assert list(results.iterdir()) == [results / f"{small.name}-seed2.json"]
+    (results / f"{small.name}-seed2.json").rmdir()
+    report = types.ModuleType("sim.report")
+    report.build_report = "not callable"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sim.report", report)
+    assert main([]) == 0
+    assert "report: skipped (sim.report has no build_report)" in capsys.readouterr().out

@@ -22,6 +22,7 @@ from sim.engine.run import run_simulation
 from sim.engine.sources import build_workload
 from sim.sweep import (
     SEED_AXIS,
+    check_workers,
     expand_jobs,
     load_scenario_ref,
     parse_axes,
@@ -30,6 +31,7 @@ from sim.sweep import (
     parse_value,
     result_text,
     run_jobs,
+    run_scenario_job,
     run_sweep,
 )
 
@@ -331,3 +333,216 @@ def test_hyckpt_sweep_usage_errors_keep_old_results(
         assert err.startswith("hyckpt: error: ") and message in err, (argv, err)
         assert "Traceback" not in err
         assert _tree(tmp_path) == before
+
+
+# --- pinned by hand mutation testing ----------------------------------------------------
+
+
+def first_slow_runner(
+    scenario: str, overrides: dict[str, object], seed: int | None
+) -> dict[str, Any]:
+    """Job 0 finishes last (so completion order is not job order)."""
+    import time
+
+    if overrides["x.i"] == 0:
+        time.sleep(0.5)
+    return {"i": overrides["x.i"], "seed": seed}
+
+
+def test_run_jobs_returns_documents_in_job_order_whatever_finishes_first() -> None:
+    """A process pool finishes job 1 first; the documents still come back in job order."""
+    jobs = expand_jobs("s", {"x.i": [0, 1]}, [7])
+    documents = run_jobs(jobs, first_slow_runner, executor="process", workers=2)
+    assert documents == [{"i": 0, "seed": 7}, {"i": 1, "seed": 7}]
+
+
+def test_job_file_names_are_sanitised_and_capped() -> None:
+    """A long axis value is cut so the name stays at 180 characters plus ``.json``."""
+    job = expand_jobs("s", {"a.b": ["x" * 300]}, [3])[0]
+    assert job.filename == "0000-b=" + "x" * 173 + ".json"
+    assert expand_jobs("s", {"a.b": ["é:1"]}, None)[0].filename == "0000-b=__1.json"
+
+
+@pytest.mark.parametrize("workers", [True, False, 1.5, "2", 0])
+def test_workers_must_be_a_positive_integer(workers: object) -> None:
+    """``True`` is not a worker count, nor is a float or a string."""
+    with pytest.raises(InvalidConfigError, match="--workers must be an integer >= 1"):
+        check_workers(workers)  # type: ignore[arg-type]
+    check_workers(None)
+    check_workers(1)
+
+
+def test_option_values_are_typed_and_trimmed() -> None:
+    """An integer stays an int (``4``, not ``4.0``), booleans ignore case, empty items are
+    dropped, keys are trimmed, and an axis without values is an error."""
+    assert [type(parse_value(v)) for v in ("4", "-2", "4.0", "1e3", "TRUE", "x")] == [
+        int,
+        int,
+        float,
+        float,
+        bool,
+        str,
+    ]
+    assert parse_value(" False ") is False and parse_value("True") is True
+    assert parse_value(" lru ") == "lru"
+    assert parse_axis(" a.b = 1,,2, ") == ("a.b", [1, 2])
+    for bad in ("a.b= ", "a.b=   "):
+        with pytest.raises(InvalidConfigError, match="--axis wants key=v1,v2"):
+            parse_axis(bad)
+    assert parse_seeds(" 0 , 1 ,,") == [0, 1]
+
+
+def test_result_text_names_the_scenario_and_ends_with_a_newline() -> None:
+    """The saved file's ``scenario`` is the sweep's name (replacing the runner's), its
+    ``sweep`` holds the axis values and the seed, and the text ends with a newline."""
+    job = expand_jobs("s", {"a.b": [1]}, [4])[0]
+    text = result_text({"scenario": "runner's", "x": 1}, "mine", job, "abc")
+    assert text.endswith("}\n")
+    assert json.loads(text) == {
+        "scenario": "mine",
+        "x": 1,
+        "sweep": {"a.b": 1, SEED_AXIS: 4},
+        "git_revision": "abc",
+    }
+
+
+def test_results_folder_is_swapped_in_whole_with_the_umask_mode(tmp_path: Path) -> None:
+    """Each sweep leaves only ``results/`` (no staging or old folders, no report when not
+    asked), whose mode follows the umask, not mkdtemp's 0o700."""
+    import os
+
+    for _ in range(2):
+        folder = run_sweep(
+            "t",
+            "t",
+            {"eviction.policy": ["lru"]},
+            [0],
+            tmp_path,
+            runner=fake_runner,
+            executor="serial",
+            report=False,
+        )
+    assert sorted(p.name for p in folder.iterdir()) == ["results"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (folder / "results").stat().st_mode & 0o777 == 0o777 & ~mask
+
+
+def test_a_failed_swap_puts_the_old_results_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the new results cannot be moved into place the old ones are restored and the
+    staging folder is removed."""
+    from sim.outputs import OutputPathError
+
+    folder = run_sweep(
+        "t",
+        "t",
+        {"eviction.policy": ["lru"]},
+        [0],
+        tmp_path,
+        runner=fake_runner,
+        executor="serial",
+        report=False,
+    )
+    before = _tree(folder)
+    real = Path.rename
+
+    def rename(self: Path, target: Any) -> Any:
+        if self.name.startswith(".results.new-"):
+            raise OSError(28, "No space left on device")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OutputPathError, match="No space left on device"):
+        run_sweep(
+            "t",
+            "t",
+            {"eviction.policy": ["fifo"]},
+            [0],
+            tmp_path,
+            runner=fake_runner,
+            executor="serial",
+            report=False,
+        )
+    assert _tree(folder) == before
+    assert sorted(p.name for p in folder.iterdir()) == ["results"]
+
+
+def test_run_sweep_checks_the_folder_before_any_job(tmp_path: Path) -> None:
+    """An output path that is a file fails before the first job runs."""
+    from sim.outputs import OutputPathError
+
+    (tmp_path / "t").write_text("a file")
+    ran: list[object] = []
+
+    def runner(scenario: str, overrides: dict[str, object], seed: int | None) -> dict[str, Any]:
+        ran.append(overrides)
+        return fake_runner(scenario, overrides, seed)
+
+    with pytest.raises(OutputPathError):
+        run_sweep("t", "t", AXES, [0], tmp_path, runner=runner, executor="serial")
+    assert ran == []
+
+
+@needs_scenarios
+def test_default_names_the_embedded_scenario_and_jobs_take_their_seed() -> None:
+    """``default`` loads the embedded scenario; the default runner runs the job's seed."""
+    from sim.scenarios import load_default_scenario
+
+    loaded = load_scenario_ref("default")
+    assert loaded.path is None and loaded.name == load_default_scenario().name
+    document = run_scenario_job("default", {"workload.requests": 3}, 5)
+    assert document["seed"] == 5 and document["totals"]["requests"]["arrived"] == 3
+
+
+@needs_scenarios
+def test_hyckpt_sweep_exits_1_on_lockstep_violations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep whose runs break the lockstep rules exits 1 and names the files."""
+    broken = tmp_path / "broken.toml"
+    text = (ROOT / "scenarios" / "fault-injection.toml").read_text(encoding="utf-8")
+    broken.write_text(text)
+    argv = [
+        "sweep",
+        str(broken),
+        "--axis",
+        "faults.broken_backend=true",
+        "--axis",
+        "workload.requests=30",
+        "--seeds",
+        "1",
+        "--executor",
+        "serial",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert cli.main(argv) == 1
+    assert (
+        "lockstep violations in: 0000-broken_backend=True-requests=30-seed=1.json"
+        in capsys.readouterr().out
+    )
+
+
+@needs_scenarios
+def test_hyckpt_sweep_checks_every_axis_value_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad ``--axis`` value is a usage error before any job is started."""
+    from sim import sweep
+
+    started: list[int] = []
+    monkeypatch.setattr(sweep, "run_jobs", lambda jobs, *a, **k: started.append(len(jobs)))
+    argv = ["sweep", "memory-pressure", "--axis", "eviction.policy=lru,nope", "--seeds", "1"]
+    assert cli.main([*argv, "--executor", "serial", "--quiet", "--out", str(tmp_path)]) == 2
+    assert "eviction.policy: found 'nope'" in capsys.readouterr().err
+    assert started == []
+
+
+def test_seeds_beyond_the_largest_seed_are_option_errors() -> None:
+    """``--seeds`` takes seeds up to 2**63 - 1 only, like ``hyckpt run --seed`` (2**63
+    used to fail inside the first job instead of as a usage error before running)."""
+    assert parse_seeds(str(2**63 - 1)) == [2**63 - 1]
+    with pytest.raises(InvalidConfigError, match="--seeds"):
+        parse_seeds(str(2**63))
