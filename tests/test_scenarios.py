@@ -1315,3 +1315,12 @@ def test_no_arguments_checks_every_result_path_first(
     monkeypatch.setitem(sys.modules, "sim.report", report)
     assert main([]) == 0
     assert "report: skipped (sim.report has no build_report)" in capsys.readouterr().out
+
+
+def test_an_empty_description_is_its_default(tmp_path: Path) -> None:
+    """``description = ""`` is what leaving it out gives, so it loads; a non-string does
+    not."""
+    scenario = load_scenario(write(tmp_path, minimal_with('[scenario]\ndescription = ""')))
+    assert scenario.description == ""
+    error = load_error(tmp_path, minimal_with("[scenario]\ndescription = 3"))
+    assert "description" in str(error) and "a string" in str(error)

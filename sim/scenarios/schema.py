@@ -145,6 +145,11 @@ def text(value: object) -> str | None:
     return None if isinstance(value, str) and value else "a non-empty string"
 
 
+def any_text(value: object) -> str | None:
+    """A string, empty included."""
+    return None if isinstance(value, str) else "a string"
+
+
 def choice(options: list[str] | tuple[str, ...]) -> Check:
     """One of ``options`` (with a did-you-mean for near-misses)."""
 
@@ -225,7 +230,7 @@ _SIM_ENGINE: dict[str, Key] = {
 SCHEMA: dict[str, dict[str, Key]] = {
     "scenario": {
         "name": Key(scenario_name, MISSING, "scenario name: result file names and reports/<name>/"),
-        "description": Key(text, "", "one or two sentences on what the scenario models"),
+        "description": Key(any_text, "", "one or two sentences on what the scenario models"),
         "seed": Key(integer(0, MAX_SEED), None, "the seed of the workload and the engine"),
         "seeds": Key(seed_list, None, "seeds to run (sweeps, reports); the first is `seed`"),
     },
