@@ -406,22 +406,27 @@ def test_result_text_names_the_scenario_and_ends_with_a_newline() -> None:
     }
 
 
+def _one_job_sweep(out: Path) -> Path:
+    """One serial job (LRU, seed 0) of :func:`fake_runner` into ``out``, no report."""
+    return run_sweep(
+        "t",
+        "t",
+        {"eviction.policy": ["lru"]},
+        [0],
+        out,
+        runner=fake_runner,
+        executor="serial",
+        report=False,
+    )
+
+
 def test_results_folder_is_swapped_in_whole_with_the_umask_mode(tmp_path: Path) -> None:
     """Each sweep leaves only ``results/`` (no staging or old folders, no report when not
     asked), whose mode follows the umask, not mkdtemp's 0o700."""
     import os
 
     for _ in range(2):
-        folder = run_sweep(
-            "t",
-            "t",
-            {"eviction.policy": ["lru"]},
-            [0],
-            tmp_path,
-            runner=fake_runner,
-            executor="serial",
-            report=False,
-        )
+        folder = _one_job_sweep(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["results"]
     mask = os.umask(0)
     os.umask(mask)
@@ -435,16 +440,7 @@ def test_a_failed_swap_puts_the_old_results_back(
     staging folder is removed."""
     from sim.outputs import OutputPathError
 
-    folder = run_sweep(
-        "t",
-        "t",
-        {"eviction.policy": ["lru"]},
-        [0],
-        tmp_path,
-        runner=fake_runner,
-        executor="serial",
-        report=False,
-    )
+    folder = _one_job_sweep(tmp_path)
     before = _tree(folder)
     real = Path.rename
 

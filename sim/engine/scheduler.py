@@ -181,7 +181,6 @@ class Engine:
         self._gate = SessionGate() if config.closed_loop else None
         self._releases: list[float] = []  # times of scheduled releases (a heap)
         self._idle: simpy.Event | None = None
-        self._sample_deferred = False  # a fused step's sample waits for SimPy (see _fuse)
         self.step = 0
         self._block = config.block_size
         self._units_per_block = config.block_size // config.unit
@@ -337,8 +336,7 @@ class Engine:
                     end = self._fuse(plan, env.now + duration)
                     plan = None
                     yield from self._sleep_until(end)
-                    if self._sample_deferred:
-                        self._sample_deferred = False
+                    if self.metrics.due(env.now):  # the last step's sample, left to now
                         self._now = env.now
                         self.metrics.sample(env.now, self.step, self.gauges())
                 else:
@@ -370,8 +368,8 @@ class Engine:
 
         Each step is completed before SimPy reaches its end, so nothing that happens
         before that end may be able to change it. Hence every step but the last ends
-        before the next arrival; the last one's series sample, if one is due, waits for the
-        engine to reach its end (``_sample_deferred``), so that it counts the requests that
+        before the next arrival; the last one's series sample, if one is due, is left to
+        the engine once SimPy reaches its end, so that it counts the requests that
         arrived during that step. And no step is planned here that would preempt: a
         readmission looks the index up, which capture copies due before the step starts
         may still change.
@@ -391,12 +389,15 @@ class Engine:
     def _decodes_fit(self) -> bool:
         """The next step's decodes need no more KV blocks than are free: planning it
         preempts nothing."""
-        spec, block = self.config.spec_tokens, self._block
+        block, tokens = self._block, self._decode_tokens
         need = 0
         for seq in self.running:
-            tokens = 1 + max(0, min(spec, seq.output_tokens - seq.generated - 1))
-            need += max(0, -(-(seq.computed + tokens) // block) - len(seq.blocks))
+            need += max(0, -(-(seq.computed + tokens(seq)) // block) - len(seq.blocks))
         return self.pool.can_allocate(need)
+
+    def _decode_tokens(self, seq: Seq) -> int:
+        """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""
+        return 1 + max(0, min(self.config.spec_tokens, seq.output_tokens - seq.generated - 1))
 
     def _decode_window(self, start_s: float) -> float:
         """Run decode-only steps from ``start_s`` with aggregate arithmetic; return the end.
@@ -495,11 +496,9 @@ class Engine:
                 metrics.observe_peaks(pool.used_count(), self._checkpoint_bytes)
             if checker.step_has_reservations:  # decode steps reserve nothing
                 checker.on_step_end()
-            if now >= metrics.next_sample_s:
-                if crossed:
-                    self._sample_deferred = True
-                else:
-                    metrics.sample(now, self.step, self.gauges())
+            # A step a request arrived in is sampled by the engine once SimPy gets there.
+            if now >= metrics.next_sample_s and not crossed:
+                metrics.sample(now, self.step, self.gauges())
         metrics.decode_flops += step_flops
         metrics.compute_busy_s = busy_s
         metrics.steps += steps
@@ -550,11 +549,10 @@ class Engine:
         plan = StepPlan(self.step)
         config = self.config
         budget = config.token_budget
-        spec = config.spec_tokens
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
-            tokens = 1 + max(0, min(spec, seq.output_tokens - seq.generated - 1))
+            tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
                 plan.decodes[seq] = tokens
                 budget -= tokens
@@ -765,7 +763,7 @@ class Engine:
     def _complete(self, plan: StepPlan, now_s: float, *, sample: bool = True) -> None:
         """The step's forward pass ended at ``now_s``: write, register, advance, finish.
 
-        ``sample=False`` defers a due series sample to the engine (see :meth:`_fuse`).
+        ``sample=False`` leaves a due series sample to the engine (see :meth:`_fuse`).
         """
         self._now = now_s
         checker, metrics, backend = self.checker, self.metrics, self.backend
@@ -821,11 +819,8 @@ class Engine:
             self.running = [seq for seq in self.running if seq.phase is not Phase.DONE]
         used = self.pool.used_count()
         metrics.observe_peaks(used, self._checkpoint_bytes)
-        if metrics.due(now_s):
-            if sample:
-                metrics.sample(now_s, plan.step, self.gauges())
-            else:
-                self._sample_deferred = True
+        if sample and metrics.due(now_s):
+            metrics.sample(now_s, plan.step, self.gauges())
 
     def _advance_decodes(self, plan: StepPlan) -> None:
         """Accept speculative tokens (seeded draws) and roll back the rejected ones."""
