@@ -1202,3 +1202,50 @@ def test_facets_partition_the_configurations_within_the_limits(data: st.DataObje
         expected = [f"part {i + 1} of {parts}" for i in range(min(parts, figures.MAX_FACETS))]
         assert shown == configs[: len(shown)]
     assert [b.title for b in blocks] == expected
+
+
+def test_runs_of_two_scenarios_alike_in_every_swept_value_are_never_averaged(
+    tmp_path: Path,
+) -> None:
+    # Two scenarios swept over the same values, their results copied into one folder.
+    docs = []
+    for scenario, hit in (("alpha", 0.2), ("beta", 0.6)):
+        for slots in (4, 16):
+            doc = result_doc("turns", "lru", slots, 0, hit)
+            doc["scenario"] = scenario
+            docs.append(doc)
+    rows = load_results(write_results(tmp_path, docs) / "results")
+    assert [row.sweep.get("scenario") for row in rows] == ["alpha", "alpha", "beta", "beta"]
+    configs = configurations(rows)
+    assert [c.label for c in configs] == [
+        "scenario=alpha, checkpoint_slots=4",
+        "scenario=alpha, checkpoint_slots=16",
+        "scenario=beta, checkpoint_slots=4",
+        "scenario=beta, checkpoint_slots=16",
+    ]
+    figure = figures.figure_hit_rate_vs_pool(rows)
+    assert isinstance(figure, Figure)
+    token = figure.axes[0]
+    means = {str(line.get_label()): list(line.get_ydata()) for line in token.get_lines()}
+    assert means == {
+        "turns × lru, scenario=alpha": [0.2, 0.2],
+        "turns × lru, scenario=beta": [0.6, 0.6],
+    }
+    summary = build_report(tmp_path).read_text()
+    assert "- sweep axis `scenario`: alpha, beta" in summary
+    assert [row["scenario"] for row in table_rows(summary)] == ["alpha", "alpha", "beta", "beta"]
+
+
+def test_single_runs_of_two_scenarios_are_labelled_by_scenario() -> None:
+    docs = []
+    for scenario in ("alpha", "beta"):
+        doc = result_doc("turns", "lru", 4, 0, 0.3)
+        doc["scenario"] = scenario
+        del doc["sweep"]
+        docs.append(Row(f"{scenario}.json", doc))
+    assert [c.label for c in configurations(docs)] == [
+        "alpha: turns × lru, slots=4",
+        "beta: turns × lru, slots=4",
+    ]
+    one = configurations(docs[:1])
+    assert [c.label for c in one] == ["turns × lru, slots=4"]

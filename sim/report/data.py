@@ -35,6 +35,9 @@ def axis_name(key: str) -> str:
 AMBIGUOUS_FIELDS = frozenset({"policy", "params"})
 #: The sweep axis of the seed (runs that differ only in it are one configuration).
 SEED_AXIS = "scenario.seed"
+#: The axis a swept run gets when its results folder holds several scenarios' runs
+#: (:func:`tag_scenarios`), so that runs of different scenarios are never averaged together.
+SCENARIO_AXIS = "scenario"
 
 
 class ReportError(HyckptError):
@@ -218,6 +221,7 @@ def configurations(rows: Sequence[Row]) -> list[Configuration]:
     order of their first file. Runs with ``sweep`` fields are alike when their axis values
     (but the seed) are; runs without, when their ``config`` (but the seed) is."""
     varying = varying_axes(rows) - {SEED_AXIS}
+    mixed = len({row.scenario for row in rows}) > 1
     groups: dict[str, list[Row]] = {}
     for row in rows:
         groups.setdefault(_configuration_key(row), []).append(row)
@@ -231,6 +235,8 @@ def configurations(rows: Sequence[Row]) -> list[Configuration]:
             label = first.policy
         else:
             label = f"{first.policy}, slots={first.pool_slots}"
+            if mixed:
+                label = f"{first.scenario}: {label}"
         found.append((label, values, tuple(members)))
     counts: dict[str, int] = {}
     for label, _, _ in found:
@@ -262,7 +268,7 @@ def load_results(results: Path) -> list[Row]:
     """
     if not results.is_dir():
         raise ReportError(f"no results folder {results}")
-    rows = []
+    rows: list[Row] = []
     for path in sorted(results.glob("*.json")):
         try:
             data = json.loads(path.read_text())
@@ -273,4 +279,20 @@ def load_results(results: Path) -> list[Row]:
         rows.append(Row(path.name, data))
     if not rows:
         raise ReportError(f"no result files (*.json) in {results}")
-    return rows
+    return tag_scenarios(rows)
+
+
+def tag_scenarios(rows: Sequence[Row]) -> list[Row]:
+    """``rows``; when they hold runs of more than one scenario, every swept run with the
+    scenario's name as its first sweep axis (:data:`SCENARIO_AXIS`), so that runs of two
+    scenarios alike in every swept value are two configurations and two lines, not one
+    average, and the table and legends name the scenario. Runs without sweep fields are
+    grouped by their whole configuration and scenario already."""
+    if len({row.scenario for row in rows}) < 2:
+        return list(rows)
+    return [
+        Row(row.file, {**row.data, "sweep": {SCENARIO_AXIS: row.scenario, **row.sweep}})
+        if row.sweep
+        else row
+        for row in rows
+    ]
