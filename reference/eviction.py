@@ -66,7 +66,8 @@ class FifoPolicy(LruPolicy):
 
 
 class SizeAwarePolicy:
-    """GreedyDual-Size: evict the lowest ``H = L + tokens / bytes``; ``L`` rises to the victim's.
+    """GreedyDual-Size: evict the lowest ``H = L + tokens / bytes``; ``L`` rises to the victim's
+    ``H`` (never falls, even for a victim pinned while ``L`` passed it).
 
     Among entries of equal ``H`` the one that has held that ``H`` longest goes first: a
     hit that leaves ``H`` unchanged (``L`` has not moved since the entry was priced)
@@ -140,7 +141,8 @@ class SizeAwarePolicy:
                 continue  # stale: removed or re-priced since this row was pushed
             if evictable(slot):
                 found = slot
-                self._inflation = priority
+                # Never lower L: a victim pinned while L rose past its H is cheaper than L.
+                self._inflation = max(self._inflation, priority)
                 heapq.heappush(self._heap, row)  # remove() will make it stale
                 break
             skipped.append(row)
