@@ -5,6 +5,10 @@ run on the implementation under test and on :class:`Model`. After every step:
 
 - lookup never returns an unpublished entry and returns the longest valid match;
 - a pinned or reserved slot is never evicted; no slot is held by two entries;
+- the victim is the one the policy's rule names (SEMANTICS §2.5): ``lru`` the least
+  recently published-or-hit entry, ``fifo`` the first published, ``size-aware`` the lowest
+  ``H = L + tokens/bytes`` (ties: the entry priced first), ``L`` raised to it and never
+  lowered; for ``flop-aware`` any evictable entry;
 - free + used == capacity, and every slot's state and pin count match the model.
 
 Rules of a feature the implementation does not declare are disabled by a precondition
@@ -50,20 +54,68 @@ TOKENS = [4, 8, 12, 16, 20, 24, 32, 40, 44, 48]
 
 @dataclass
 class ModelEntry:
+    """One entry. ``published`` / ``used`` / ``priced`` are model clock ticks (publication,
+    last publication or hit, last change of ``price``); ``price`` is size-aware's ``H``."""
+
     slot: int
     prefix: tuple[int, ...]
     state: SlotState
     pins: int = 0
     reservation: Reservation | None = None
+    published: int = 0
+    used: int = 0
+    price: float = 0.0
+    priced: int = 0
 
 
 @dataclass
 class Model:
-    """What the index should hold: entries by prefix, and doomed slots still in use."""
+    """What the index should hold: entries by prefix, and doomed slots still in use; and
+    what its eviction policy knows (a clock, and size-aware's inflation ``L``)."""
 
     capacity: int
+    eviction: str
     entries: dict[tuple[int, ...], ModelEntry] = field(default_factory=dict)
     doomed: dict[int, ModelEntry] = field(default_factory=dict)
+    clock: int = 0
+    inflation: float = 0.0
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def published(self, entry: ModelEntry) -> None:
+        """``entry`` was published: it enters the policy (bytes per slot 1: value = tokens)."""
+        entry.state, entry.reservation = SlotState.PUBLISHED, None
+        entry.published = entry.used = entry.priced = self.tick()
+        entry.price = self.inflation + len(entry.prefix) / 1
+
+    def hit(self, entry: ModelEntry) -> None:
+        """A lookup returned ``entry``, or a reserve found it published: it was used, and
+        size-aware re-prices it at the current ``L`` (keeping its place if the price is
+        the same)."""
+        entry.used = now = self.tick()
+        price = self.inflation + len(entry.prefix) / 1
+        if price != entry.price:
+            entry.price, entry.priced = price, now
+
+    def victim(self) -> int | None:
+        """The slot the policy must evict, or None where any evictable one will do."""
+        candidates = [
+            e for e in self.entries.values() if e.state is SlotState.PUBLISHED and not e.pins
+        ]
+        if not candidates or self.eviction == "flop-aware":
+            return None
+        if self.eviction == "lru":
+            return min(candidates, key=lambda e: e.used).slot
+        if self.eviction == "fifo":
+            return min(candidates, key=lambda e: e.published).slot
+        cheapest = min(candidates, key=lambda e: (e.price, e.priced))
+        return cheapest.slot
+
+    def evicted(self, entry: ModelEntry) -> None:
+        if self.eviction == "size-aware":
+            self.inflation = max(self.inflation, entry.price)
 
     def used_slots(self) -> set[int]:
         return {e.slot for e in self.entries.values()} | set(self.doomed)
@@ -102,7 +154,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.index: CheckpointIndex = self.impl.make_index(
             3, first_slot=2, eviction=self.eviction, hash_unit=UNIT
         )
-        self.model = Model(capacity=3)
+        self.model = Model(capacity=3, eviction=self.eviction)
 
     def _entry_of_slot(self, slot: int) -> ModelEntry | None:
         for entry in self.model.entries.values():
@@ -124,6 +176,8 @@ class IndexMachine(RuleBasedStateMachine):
         if known is not None:
             published = known.state is SlotState.PUBLISHED
             assert outcome == AlreadyCached(known.slot, published), outcome
+            if published:
+                self.model.hit(known)
             return None
         if free_before == 0 and not evictable_before:
             assert isinstance(outcome, NoSlot), f"expected NoSlot, got {outcome}"
@@ -133,8 +187,12 @@ class IndexMachine(RuleBasedStateMachine):
             assert outcome.slot in evictable_before, (
                 f"evicted slot {outcome.slot}, which was reserved or pinned"
             )
+            expected = self.model.victim()
+            assert expected in (None, outcome.slot), (
+                f"{self.eviction} evicted slot {outcome.slot}; its rule names slot {expected}"
+            )
             victim = next(p for p, e in self.model.entries.items() if e.slot == outcome.slot)
-            del self.model.entries[victim]
+            self.model.evicted(self.model.entries.pop(victim))
         else:
             assert outcome.slot not in self.model.used_slots(), "slot handed out twice"
         self.model.entries[prefix] = ModelEntry(
@@ -162,7 +220,7 @@ class IndexMachine(RuleBasedStateMachine):
         visible = self.index.publish(reservation)
         assert visible is (entry is not None), "publish must say whether the key is visible"
         if entry is not None:
-            entry.state, entry.reservation = SlotState.PUBLISHED, None
+            self.model.published(entry)
 
     @rule(reservation=consumes(reservations))
     def abort(self, reservation: Reservation | None) -> None:
@@ -184,6 +242,10 @@ class IndexMachine(RuleBasedStateMachine):
         expected = self.model.longest(tokens, minimum, min(maximum, len(tokens)))
         found = self.index.lookup(MODEL, tokens, minimum, maximum)
         assert (None if found is None else tuple(found)) == expected
+        if expected is not None:
+            hit = self._entry_of_slot(expected[1])
+            assert hit is not None
+            self.model.hit(hit)
 
     def _published(self) -> list[int]:
         entries = self.model.entries.values()
