@@ -273,6 +273,16 @@ def _semantics_cases() -> list[Recorder]:
     c.lookup(44, 48, expect=hit(48, 1))
     sized(8)
     c.lookup(0, 64, expect=hit(48, 1))
+    c = case("size-aware never lowers L", "§2.5 E3")
+    c.new(2, eviction="size-aware")
+    for tokens, size in ((4, 4), (8, 4)):  # H = 1 in slot 0, H = 2 in slot 1
+        c.write(tokens, cost={"tokens": tokens, "bytes": size, "flops_saved": 0.0})
+    c.op("pin", slot=0)
+    c.write(12, cost={"tokens": 12, "bytes": 8, "flops_saved": 0.0})  # evicts H = 2: L = 2
+    c.op("unpin", slot=0)
+    c.write(16, cost={"tokens": 16, "bytes": 8, "flops_saved": 0.0})  # evicts H = 1: L stays 2
+    c.write(20, cost={"tokens": 20, "bytes": 20, "flops_saved": 0.0})  # evicts 12 (3.5 < 4)
+    c.lookup(12, 16, expect=hit(16, 0))
 
     for alpha, survivor in ((0.0, 32), (5.0, 16)):
         c = case(f"flop-aware alpha={alpha} weighs FLOPs saved against recency", "§2.5 E4")
