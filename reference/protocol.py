@@ -34,6 +34,13 @@ from reference.errors import HyckptError
 #: The protocol version: an integer, raised on any incompatible change of the wire format.
 PROTOCOL_VERSION = 1
 
+
+def is_protocol_version(value: object) -> bool:
+    """Whether ``value`` is this protocol version: the JSON integer itself, not ``true`` or
+    ``1.0`` (which Python's ``==`` takes for it)."""
+    return type(value) is int and value == PROTOCOL_VERSION
+
+
 #: Arguments of every operation: ``op -> (required, optional)`` (docs/PROTOCOL.md §3).
 #: An argument outside both is a :class:`ProtocolError`.
 OP_ARGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -205,7 +212,7 @@ def parse_request(line: str | bytes) -> Request:
         )
     request_id = message.get("id")
     known_id = request_id if _is_id(request_id) else None
-    if message.get("v") != PROTOCOL_VERSION:
+    if not is_protocol_version(message.get("v")):
         raise ProtocolError(
             f"unsupported protocol version {message.get('v')!r}: this server speaks version "
             f"{PROTOCOL_VERSION}",
@@ -274,7 +281,7 @@ def parse_response(line: str | bytes) -> Response:
         raise ProtocolError(f"a response line must be one JSON object: {error}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"a response must be a JSON object, got {message!r:.80}")
-    if message.get("v") != PROTOCOL_VERSION:
+    if not is_protocol_version(message.get("v")):
         raise ProtocolError(
             f"the server answered in protocol version {message.get('v')!r}; this client "
             f"speaks version {PROTOCOL_VERSION}"

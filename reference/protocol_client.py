@@ -49,6 +49,7 @@ from reference.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
     Response,
+    is_protocol_version,
     parse_response,
     request_line,
 )
@@ -436,7 +437,7 @@ def handshake(connection: Connection) -> dict[str, Any]:
             f"the protocol server {shlex.join(connection.argv)!r} failed the hello: {error}"
         ) from error
     version = hello.get("version") if isinstance(hello, dict) else None
-    if version != PROTOCOL_VERSION:
+    if not is_protocol_version(version):
         raise ImplementationLoadError(
             f"protocol version mismatch: this client speaks version {PROTOCOL_VERSION}, the "
             f"server {shlex.join(connection.argv)!r} answered hello with version {version!r}"

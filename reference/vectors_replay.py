@@ -21,14 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from reference.api import Implementation
 from reference.errors import HyckptError
-from reference.protocol import PROTOCOL_VERSION, Response, parse_response, request_line
+from reference.protocol import (
+    PROTOCOL_VERSION,
+    Response,
+    is_protocol_version,
+    parse_response,
+    request_line,
+)
 
 #: Version of the vector files: the protocol version their steps are written in.
 VECTORS_VERSION = PROTOCOL_VERSION
@@ -67,33 +73,52 @@ def resolve(value: Any, bindings: dict[str, Any]) -> Any:
     return value
 
 
+def _is_handle(value: Any) -> bool:
+    """Whether ``value`` is an index or reservation handle (a JSON integer)."""
+    return type(value) is int
+
+
+def _without(
+    result: dict[str, Any], field_name: str, valid: Callable[[Any], bool]
+) -> dict[str, Any]:
+    """A copy of ``result`` without ``field_name`` when that field is there and ``valid``;
+    else with it kept (``None`` when missing), so that it mismatches the vector."""
+    if field_name in result and valid(result[field_name]):
+        return {k: v for k, v in result.items() if k != field_name}
+    return {**result, field_name: result.get(field_name)}
+
+
+def _is_digest(digest: Any) -> bool:
+    """Lowercase hex, non-empty, whole bytes."""
+    return (
+        isinstance(digest, str)
+        and digest != ""
+        and len(digest) % 2 == 0
+        and all(c in "0123456789abcdef" for c in digest)
+    )
+
+
 def _observe_key(key: Any) -> Any:
-    if not isinstance(key, dict) or "digest" not in key:
-        return key
-    digest = key["digest"]
-    seen = {k: v for k, v in key.items() if k != "digest"}
-    well_formed = isinstance(digest, str) and digest != "" and len(digest) % 2 == 0
-    if not well_formed or any(c not in "0123456789abcdef" for c in digest):
-        seen["digest"] = digest  # shown (and so a mismatch) when it is not lowercase hex
-    return seen
+    return _without(key, "digest", _is_digest) if isinstance(key, dict) else key
 
 
 def observe(op: str, result: Any, names: dict[int, str]) -> Any:
     """``result`` without what the implementation chooses freely.
 
-    Drops the index handle of ``index.new``, the reservation handle of a reservation, the
-    reason of ``no_slot`` (free text) and the digest of keys (a digest must be lowercase
-    hex); reservation handles listed as
-    ``cancelled`` become the names they were bound to (``names``: handle → name), sorted.
+    Drops the index handle of ``index.new``, the reservation handle of a reservation (each
+    must be an integer), the reason of ``no_slot`` (free text) and the digest of keys (it
+    must be lowercase hex); a missing or malformed one stays, and so mismatches. Reservation
+    handles listed as ``cancelled`` become the names they were bound to (``names``: handle
+    → name), sorted.
     """
     if not isinstance(result, dict):
         return result
     if op == "index.new":
-        return {k: v for k, v in result.items() if k != "index"}
+        return _without(result, "index", _is_handle)
     if op == "index.make_key":
         return _observe_key(result)
     if op == "index.reserve" and result.get("type") == "reservation":
-        seen = {k: v for k, v in result.items() if k != "reservation"}
+        seen = _without(result, "reservation", _is_handle)
         seen["key"] = _observe_key(seen.get("key"))
         return seen
     if (
@@ -224,6 +249,14 @@ def _missing(requires: dict[str, Any], hello: dict[str, Any]) -> str:
     return ""
 
 
+def same_json(got: Any, expected: Any) -> bool:
+    """Whether ``got`` is ``expected`` as JSON: of the same JSON types too (``true`` is not
+    ``1``, ``48.0`` is not ``48``), which Python's ``==`` does not tell apart."""
+    return json.dumps(got, sort_keys=True, default=repr) == json.dumps(
+        expected, sort_keys=True, default=repr
+    )
+
+
 def replay_case(file: str, case: dict[str, Any], target: Target) -> Mismatch | None:
     """Run one case's steps in order; the first mismatch ends it."""
     bindings: dict[str, Any] = {}
@@ -241,7 +274,7 @@ def replay_case(file: str, case: dict[str, Any], target: Target) -> Mismatch | N
                 )
             response = target.request(op, args)
             got = expectation(response, op, names)
-            if got != step["expect"]:
+            if not same_json(got, step["expect"]):
                 if not response.ok:
                     got = {**got, "message": response.message}
                 return Mismatch(
@@ -283,7 +316,7 @@ def load_vectors(path: Path) -> dict[str, Any]:
         raise HyckptError(
             f"{path}:{error.lineno}: not a vector file (invalid JSON: {error.msg}; truncated?)"
         ) from None
-    if not isinstance(data, dict) or data.get("version") != VECTORS_VERSION:
+    if not isinstance(data, dict) or not is_protocol_version(data.get("version")):
         found = data.get("version") if isinstance(data, dict) else None
         raise HyckptError(
             f"{path}: vector version {found!r}, this replayer reads version {VECTORS_VERSION}"
