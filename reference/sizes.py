@@ -200,11 +200,12 @@ class ModelSizes:
         recurrent = self.mamba1_layers + self.mamba2_layers + self.gdn_layers
         attention = self.full_attention_layers + self.sliding_window_layers
         if self.parallel_hybrid:
-            if recurrent != self.num_hidden_layers or attention != self.num_hidden_layers:
+            layers = self.num_hidden_layers
+            if recurrent != layers or attention != layers or self.mlp_only_layers:
                 raise InvalidConfigError(
                     f"{where}: a parallel hybrid has a recurrent and an attention mixer in "
-                    f"each of its {self.num_hidden_layers} layers, got {recurrent} recurrent "
-                    f"and {attention} attention"
+                    f"each of its {layers} layers (and no MLP-only layer), got {recurrent} "
+                    f"recurrent, {attention} attention and {self.mlp_only_layers} MLP-only"
                 )
         elif recurrent + attention + self.mlp_only_layers != self.num_hidden_layers:
             raise InvalidConfigError(

@@ -383,6 +383,8 @@ def test_parallel_hybrid_needs_both_mixers_in_every_layer() -> None:
     falcon = get_model("falcon-h1-7b")
     with pytest.raises(InvalidConfigError, match="parallel hybrid"):
         replace(falcon, full_attention_layers=43)
+    with pytest.raises(InvalidConfigError, match="1 MLP-only"):
+        replace(falcon, mlp_only_layers=1)
 
 
 def test_draft_without_attention_geometry_is_an_error() -> None:
