@@ -84,18 +84,23 @@ class Model:
         self.clock += 1
         return self.clock
 
+    def price(self, entry: ModelEntry) -> float:
+        """Size-aware's ``H = L + tokens / bytes`` for ``entry`` now (the index's default
+        cost: ``bytes_per_slot`` 1)."""
+        return self.inflation + len(entry.prefix) / 1
+
     def published(self, entry: ModelEntry) -> None:
-        """``entry`` was published: it enters the policy (bytes per slot 1: value = tokens)."""
+        """``entry`` was published: it enters the policy."""
         entry.state, entry.reservation = SlotState.PUBLISHED, None
         entry.published = entry.used = entry.priced = self.tick()
-        entry.price = self.inflation + len(entry.prefix) / 1
+        entry.price = self.price(entry)
 
     def hit(self, entry: ModelEntry) -> None:
         """A lookup returned ``entry``, or a reserve found it published: it was used, and
         size-aware re-prices it at the current ``L`` (keeping its place if the price is
         the same)."""
         entry.used = now = self.tick()
-        price = self.inflation + len(entry.prefix) / 1
+        price = self.price(entry)
         if price != entry.price:
             entry.price, entry.priced = price, now
 

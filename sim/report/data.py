@@ -221,7 +221,7 @@ def configurations(rows: Sequence[Row]) -> list[Configuration]:
     order of their first file. Runs with ``sweep`` fields are alike when their axis values
     (but the seed) are; runs without, when their ``config`` (but the seed) is."""
     varying = varying_axes(rows) - {SEED_AXIS}
-    mixed = len({row.scenario for row in rows}) > 1
+    mixed = several_scenarios(rows)
     groups: dict[str, list[Row]] = {}
     for row in rows:
         groups.setdefault(_configuration_key(row), []).append(row)
@@ -282,13 +282,18 @@ def load_results(results: Path) -> list[Row]:
     return tag_scenarios(rows)
 
 
+def several_scenarios(rows: Sequence[Row]) -> bool:
+    """Whether ``rows`` hold runs of more than one scenario."""
+    return len({row.scenario for row in rows}) > 1
+
+
 def tag_scenarios(rows: Sequence[Row]) -> list[Row]:
     """``rows``; when they hold runs of more than one scenario, every swept run with the
     scenario's name as its first sweep axis (:data:`SCENARIO_AXIS`), so that runs of two
     scenarios alike in every swept value are two configurations and two lines, not one
     average, and the table and legends name the scenario. Runs without sweep fields are
     grouped by their whole configuration and scenario already."""
-    if len({row.scenario for row in rows}) < 2:
+    if not several_scenarios(rows):
         return list(rows)
     return [
         Row(row.file, {**row.data, "sweep": {SCENARIO_AXIS: row.scenario, **row.sweep}})
