@@ -58,7 +58,8 @@ class CrosscheckResult:
 
     Attributes:
         captures: captures recorded per backend.
-        compared: captures compared pairwise (bytes equal or not).
+        compared: capture pairs whose tensors were compared (equal or not): both runs
+            captured the same parts at the same request, position and slot.
         differences: what differs, one line each.
         results: each backend's :class:`SimResult`.
     """
@@ -117,6 +118,15 @@ def record_run(run: Callable[[], SimResult]) -> tuple[SimResult, list[Record]]:
     return result, records
 
 
+def _same_place(x: Record, y: Record) -> bool:
+    return (x.request_id, x.position, x.slot) == (y.request_id, y.position, y.slot)
+
+
+def _comparable(x: Record, y: Record) -> bool:
+    """Whether the tensors of two records are compared: same place, same parts."""
+    return _same_place(x, y) and sorted(x.parts) == sorted(y.parts)
+
+
 def compare(left: Sequence[Record], right: Sequence[Record], names: Sequence[str]) -> list[str]:
     """Differences between two capture sequences (``names``: the two backends)."""
     a, b = names
@@ -124,10 +134,10 @@ def compare(left: Sequence[Record], right: Sequence[Record], names: Sequence[str
     if len(left) != len(right):
         found.append(f"{a} recorded {len(left)} captures, {b} {len(right)}")
     for i, (x, y) in enumerate(zip(left, right, strict=False)):
-        if (x.request_id, x.position, x.slot) != (y.request_id, y.position, y.slot):
+        if not _same_place(x, y):
             found.append(f"capture {i}: {a} {x.where}, {b} {y.where}")
             continue
-        if sorted(x.parts) != sorted(y.parts):
+        if not _comparable(x, y):
             found.append(f"capture {i} ({x.where}): parts {sorted(x.parts)} vs {sorted(y.parts)}")
             continue
         for name in sorted(x.parts):
@@ -162,9 +172,9 @@ def crosscheck_runs(
                 f"totals.{key}: {a} {results[a].totals.get(key)!r}, "
                 f"{b} {results[b].totals.get(key)!r}"
             )
-    compared = min(len(records[a]), len(records[b]))
-    if compared == 0:
+    if not records[a] or not records[b]:
         differences.append("no capture was recorded: nothing compared (is the run too small?)")
+    compared = sum(_comparable(x, y) for x, y in zip(records[a], records[b], strict=False))
     return CrosscheckResult(
         captures={name: len(r) for name, r in records.items()},
         compared=compared,

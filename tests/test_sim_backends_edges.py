@@ -628,12 +628,14 @@ TOTALS = {
 }
 
 
-def fake_run(values: Sequence[float], result: FakeResult) -> Callable[[], SimResult]:
+def fake_run(
+    values: Sequence[float], result: FakeResult, first_slot: int = 0
+) -> Callable[[], SimResult]:
     def run() -> SimResult:
         backend = FakeSnapshots()
         for i, value in enumerate(values):
             backend.state.fill_(value)
-            fire(backend, f"r{i}", Capture(10 + i, i))
+            fire(backend, f"r{i}", Capture(10 + i, first_slot + i))
         backend.state.fill_(-1.0)  # later writes must not change what was recorded
         return cast(SimResult, result)
 
@@ -674,6 +676,20 @@ def test_crosscheck_runs_count_each_side_and_compare_the_common_prefix() -> None
         "x recorded 3 captures, y 2",
         "capture 1 (request r1 position 11 slot 1) kv/y: bytes differ",
         "capture 1 (request r1 position 11 slot 1) recurrent/x: bytes differ",
+    ]
+
+
+def test_crosscheck_runs_count_only_pairs_at_the_same_place_as_compared() -> None:
+    """Captures into different slots are a difference, not a bitwise comparison."""
+    runs = {
+        "x": fake_run([1.0, 2.0], FakeResult(dict(TOTALS))),
+        "y": fake_run([1.0, 2.0], FakeResult(dict(TOTALS)), first_slot=1),
+    }
+    result = crosscheck_runs(lambda name: runs[name](), backends=("x", "y"))
+    assert result.captures == {"x": 2, "y": 2} and result.compared == 0
+    assert result.differences == [
+        "capture 0: x request r0 position 10 slot 0, y request r0 position 10 slot 1",
+        "capture 1: x request r1 position 11 slot 1, y request r1 position 11 slot 2",
     ]
 
 
