@@ -12,9 +12,10 @@ The demo reads a configuration (by default the embedded ``sim/default.toml``) an
     and checked bitwise against a from-scratch prefill (:mod:`sim.demo_exactness`).
 
 :func:`run_demo` returns 0 when every expected value was reproduced and every restore
-matched, else 1. A
-configuration that cannot be used raises :class:`~reference.errors.InvalidConfigError`
-before anything is printed.
+matched, else 1. A configuration that cannot be used (an unknown key, a value of the
+wrong type, an expectation no operation can return, a reservation name no earlier
+reserve gave, a tiny model that cannot store a configured checkpoint) raises
+:class:`~reference.errors.InvalidConfigError` before anything is printed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from reference.api import (
 from reference.errors import HyckptError, InvalidConfigError, UnknownPolicyError
 from reference.index import make_index
 from reference.placement import make_placement
+from reference.vectors_replay import same_json
 from sim.config_fields import config_int, config_ints, config_str, config_table
 from sim.demo_exactness import ExactnessPlan, parse_exactness, show_exactness
 from sim.scenarios.schema import suggestion
@@ -240,7 +242,61 @@ def _parse_prompts(table: Mapping[str, Any]) -> dict[str, list[int]]:
     return prompts
 
 
-def _parse_op(number: int, raw: object, prompts: Mapping[str, list[int]]) -> _Op:
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_expect(kind: str, expect: object, where: str) -> None:
+    """Refuse an ``expect`` that no ``kind`` operation can return (the forms listed in
+    ``sim/default.toml``), so a mistyped expectation is an error, not a mismatch."""
+    slot = isinstance(expect, int) and not isinstance(expect, bool) and expect >= 0
+    if kind == "lookup":
+        ok = expect == [] or (
+            isinstance(expect, list) and len(expect) == 2 and all(_is_int(v) for v in expect)
+        )
+        wanted = "[] (a miss) or [tokens, slot] (a hit)"
+    elif kind == "reserve":
+        ok = isinstance(expect, Mapping) and _is_reserve_outcome(expect)
+        wanted = (
+            '{ outcome = "reserved", slot }, { outcome = "already-cached", slot, published } '
+            'or { outcome = "no-slot" }'
+        )
+    elif kind == "publish":
+        ok, wanted = isinstance(expect, bool), "true or false"
+    elif kind == "abort":
+        ok, wanted = False, "nothing (an abort returns nothing; use expect_error for an error)"
+    elif kind == "write":
+        ok = slot or (
+            isinstance(expect, Mapping)
+            and expect.get("outcome") != "reserved"
+            and _is_reserve_outcome(expect)
+        )
+        wanted = (
+            'the slot written (an integer >= 0), or { outcome = "already-cached", slot, '
+            'published } or { outcome = "no-slot" } when nothing was written'
+        )
+    else:  # pin, unpin, free_count
+        ok, wanted = slot, "a count, an integer >= 0"
+    if not ok:
+        raise InvalidConfigError(f"{where}.expect must be {wanted} for a {kind}, got {expect!r}")
+
+
+def _is_reserve_outcome(expect: Mapping[str, Any]) -> bool:
+    outcome = expect.get("outcome")
+    if outcome == "reserved":
+        return set(expect) == {"outcome", "slot"} and _is_int(expect["slot"])
+    if outcome == "already-cached":
+        return (
+            set(expect) == {"outcome", "slot", "published"}
+            and _is_int(expect["slot"])
+            and isinstance(expect["published"], bool)
+        )
+    return dict(expect) == {"outcome": "no-slot"}
+
+
+def _parse_op(number: int, raw: object, prompts: Mapping[str, list[int]], names: set[str]) -> _Op:
+    """One ``[[index.ops]]`` entry; ``names``: reservation names of the earlier reserves
+    (a reserve's own ``name`` is added to it)."""
     where = f"index.ops[{number - 1}]"
     if not isinstance(raw, Mapping):
         raise InvalidConfigError(f"{where} must be a table")
@@ -261,15 +317,22 @@ def _parse_op(number: int, raw: object, prompts: Mapping[str, list[int]]) -> _Op
     if kind in ("pin", "unpin"):
         config_int(raw, "slot", where)
     if kind in ("publish", "abort"):
-        config_str(raw, "reservation", where)
+        name = config_str(raw, "reservation", where)
+        if name not in names:
+            raise InvalidConfigError(
+                f"{where}.reservation {name!r} is not the name of an earlier reserve "
+                f"(names given so far: {', '.join(sorted(names)) or 'none'})"
+            )
     if "name" in raw:
         if kind != "reserve":
             raise InvalidConfigError(f"{where}: only a reserve can be given a name")
-        config_str(raw, "name", where)
+        names.add(config_str(raw, "name", where))
     if "expect_error" in raw:
         config_str(raw, "expect_error", where)
         if "expect" in raw:
             raise InvalidConfigError(f"{where} has both expect and expect_error")
+    if "expect" in raw:
+        _check_expect(kind, raw["expect"], where)
     return _Op(number=number, kind=kind, fields=raw)
 
 
@@ -279,6 +342,7 @@ def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
     raw_ops = table.get("ops")
     if not isinstance(raw_ops, list) or not raw_ops:
         raise InvalidConfigError("[index] needs a non-empty list of [[index.ops]]")
+    names: set[str] = set()
     return _IndexPlan(
         capacity=config_int(table, "capacity", "index", minimum=1),
         first_slot=config_int(table, "first_slot", "index"),
@@ -286,7 +350,7 @@ def _parse_index(config: Mapping[str, Any]) -> _IndexPlan:
         namespace=config_str(table, "namespace", "index"),
         hash_unit=config_int(table, "hash_unit", "index", minimum=1),
         prompts=prompts,
-        ops=tuple(_parse_op(number, raw, prompts) for number, raw in enumerate(raw_ops, 1)),
+        ops=tuple(_parse_op(number, raw, prompts, names) for number, raw in enumerate(raw_ops, 1)),
     )
 
 
@@ -499,7 +563,7 @@ def _matches(op: _Op, result: _Result) -> bool:
         return result.error is not None and op.fields["expect_error"] in result.error.split()
     if result.error is not None:
         return False
-    return "expect" not in op.fields or result.value == op.fields["expect"]
+    return "expect" not in op.fields or same_json(result.value, op.fields["expect"])
 
 
 def _show_index(player: _Player, out: TextIO) -> tuple[int, list[int], list[str]]:

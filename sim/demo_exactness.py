@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from reference.errors import InvalidConfigError
 from reference.exactness import VOCAB, Case, mismatches, play
 from reference.impl import implementation
-from reference.model import LAYER_KINDS
+from reference.model.config import LAYER_KINDS, PAGED_KINDS, RECURRENT_KINDS
 from sim.config_fields import config_int, config_ints, config_table
 
 _WHERE = "exactness"
@@ -55,13 +55,36 @@ def parse_exactness(config: Mapping[str, Any]) -> ExactnessPlan | None:
         chunk_size=config_int(table, "chunk_size", _WHERE, minimum=1),
         checkpoints=config_ints(table, "checkpoints", _WHERE),
     )
+    if not plan.checkpoints:
+        raise InvalidConfigError(f"{_WHERE}.checkpoints must list at least one position")
     for p in plan.checkpoints:
         if not 1 <= p < plan.prompt_length:
             raise InvalidConfigError(
                 f"{_WHERE}.checkpoints: {p} must lie in 1..{plan.prompt_length - 1} "
                 "(request B continues after it)"
             )
+    _check_storable(plan)
     return plan
+
+
+def _check_storable(plan: ExactnessPlan) -> None:
+    """Refuse a model whose checkpoints the storage cannot hold: one with nothing on the
+    recurrent axis (attention only: there is no state to checkpoint), or one without KV
+    pages (no ``attn`` layer, no draft head) at a checkpoint that stores a partial page."""
+    if not any(kind in RECURRENT_KINDS or kind == "swa" for kind in plan.layers):
+        raise InvalidConfigError(
+            f"{_WHERE}.layers {list(plan.layers)} has no recurrent or sliding-window layer, "
+            "so a checkpoint has no state to store; add mamba2, gdn or swa"
+        )
+    has_pages = plan.draft_head or any(kind in PAGED_KINDS for kind in plan.layers)
+    partial = [p for p in plan.checkpoints if p % plan.block_size]
+    if partial and not has_pages:
+        raise InvalidConfigError(
+            f"{_WHERE}.checkpoints {partial} are not multiples of block_size "
+            f"{plan.block_size}, so their checkpoints store a partial KV page, but "
+            f"{_WHERE}.layers {list(plan.layers)} without a draft head have no KV pages; "
+            "add attn, set draft_head = true or use multiples of block_size"
+        )
 
 
 def _case(plan: ExactnessPlan, p: int) -> Case:
