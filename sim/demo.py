@@ -443,7 +443,9 @@ class _Result:
 
     value: object
     text: str
-    error: str | None = None  # the class names of a HyckptError raised, outermost first
+    #: The class names of a HyckptError raised, outermost first; "" when the operation
+    #: could not be played (no open reservation of that name): a failed check either way.
+    error: str | None = None
 
 
 def _reserve_result(outcome: object) -> _Result:
@@ -538,8 +540,8 @@ class _Player:
             return _Result(None, f"reserved slot {outcome.slot} but publish returned False")
         if op.kind in ("publish", "abort"):
             reservation = self._reservation(f["reservation"])
-            if reservation is None:
-                return _Result(None, f"no open reservation named {f['reservation']!r}")
+            if reservation is None:  # its reserve found the key cached, or no slot
+                return _Result(None, f"no open reservation named {f['reservation']!r}", error="")
             if op.kind == "abort":
                 index.abort(reservation)
                 return _Result(None, f"slot {reservation.slot} returned to the free list")

@@ -712,8 +712,8 @@ def test_publish_and_abort_act_on_the_named_reservation() -> None:
 
 def test_a_reserve_without_a_slot_leaves_its_name_unbound() -> None:
     """A named reserve that finds no slot opens no reservation: a later ``abort`` of
-    that name touches nothing and says so, and the pool is unchanged. (Whether that
-    abort should also fail the demo is left open: see the xfail below.)"""
+    that name touches nothing, says so and fails the demo (the configuration asked for
+    an abort that could not happen), and the pool is unchanged."""
     name = "-".join(["ab"] * 7)  # hyphens are not line breaks: the name stays whole
     ops: list[dict[str, Any]] = [
         {"op": "reserve", "prompt": "base", "tokens": 16, "name": "a"},
@@ -722,20 +722,28 @@ def test_a_reserve_without_a_slot_leaves_its_name_unbound() -> None:
         {"op": "free_count", "expect": 0},
         {"op": "publish", "reservation": "a", "expect": True},
     ]
-    report = _report(_index_only(ops, capacity=1))[1]
+    code, report = _report(_index_only(ops, capacity=1))
     rows = _rows(report)
     assert rows[2][1:] == (
         "-",
         "no slot (all 1 slots are reserved, pinned or waiting for a pin to drop)",
     )
-    assert (rows[3][0], rows[3][2]) == (f"abort {name}", f"no open reservation named '{name}'")
+    assert rows[3] == (
+        f"abort {name}",
+        "MISMATCH",
+        f"no open reservation named '{name}'; expected no error",
+    )
     lines = report.splitlines()
     operation = f"abort {name}".ljust(len(f"reserve base[:32] as {name}"))
     wrapped = next(n for n, line in enumerate(lines) if line.startswith(f"  3  {operation}  "))
     assert lines[wrapped].endswith("  no open reservation named")
-    assert lines[wrapped + 1] == f"{' ' * 55}'{name}'"
+    assert lines[wrapped + 1] == f"{' ' * 58}'{name}'; expected no error"
     assert rows[4] == ("free_count", "ok", "0 free")
     assert rows[5] == ("publish a", "ok", "published")
+    assert code == 1
+    assert _summary(report) == (
+        "FAILED: 1 of 3 index results differ from the expected values (steps 3)"
+    )
 
 
 def test_an_unexpected_error_fails_even_without_an_expectation() -> None:
