@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -446,6 +447,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     config = config_from_args(args)
     if args.json:
         check_output_file(args.json)  # before the run, not after it
+    if args.trace is not None and not os.path.isfile(args.trace):  # any trace format
+        raise InvalidConfigError(f"--trace must be an existing file, got {args.trace!r}")
     try:
         make_requests, description = (
             build_trace(args.trace, args.trace_format or "sessions", args.requests)
@@ -455,8 +458,6 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except InvalidConfigError as error:
         if str(error).startswith("requests must"):  # the option's own name
             raise InvalidConfigError(f"--{error}") from None
-        if str(error).startswith("JsonlTraceConfig.path "):  # the trace file itself
-            raise InvalidConfigError(f"--trace {str(error).split(' ', 1)[1]}") from None
         raise
     requests = args.requests
     warnings: list[str] = []
