@@ -5,8 +5,8 @@ Prints, for every model of :data:`reference.sizes.MODELS` (or those named with
 bytes one token adds, the bytes of one snapshot slot on each axis, and their ratio: how many
 tokens of KV one recurrent checkpoint costs. ``--json`` prints the same as JSON.
 
-This module imports only :mod:`argparse` and :mod:`json` at load time, so that building the
-``hyckpt`` parser does not import torch.
+This module imports only :mod:`argparse` and :mod:`json` at load time; torch and
+:mod:`reference.sizes` load when the command runs.
 """
 
 from __future__ import annotations

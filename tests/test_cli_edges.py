@@ -1167,3 +1167,41 @@ def test_each_write_goes_through_its_own_hidden_temporary(
     for source in sources:
         assert source.parent == tmp_path
         assert re.fullmatch(r"\.r\.json\.[0-9a-f]{12}\.tmp", source.name), source.name
+
+
+class _Recording(io.StringIO):
+    """A stream that remembers what it held at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+        super().flush()
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_simulate_flushes_its_first_line_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The line saying what is simulated is flushed before the simulation starts, so a
+    long run into a file or a pipe shows it at once, not at the end."""
+    out = _Recording()
+    seen: list[list[str]] = []
+
+    def stop(*args: object, **kwargs: object) -> None:
+        seen.append(list(out.flushed))
+        raise _Stop
+
+    monkeypatch.setattr(simulate_command, "run_simulation", stop)
+    args = _simulate_args("--workload", "chat", "--requests", "2", "--kv-blocks", "9")
+    with pytest.raises(_Stop):
+        simulate_command.main(args, out)
+    (flushed,) = seen
+    assert flushed and flushed[-1] == out.getvalue()
+    assert flushed[-1].startswith("simulate: ") and flushed[-1].count("\n") == 1
+    assert capsys.readouterr().out == ""
