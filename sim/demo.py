@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeGuard
 
 from reference.api import (
     AlreadyCached,
@@ -242,14 +242,17 @@ def _parse_prompts(table: Mapping[str, Any]) -> dict[str, list[int]]:
     return prompts
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+_RESERVE_FORMS = '{ outcome = "already-cached", slot, published } or { outcome = "no-slot" }'
 
 
 def _check_expect(kind: str, expect: object, where: str) -> None:
     """Refuse an ``expect`` that no ``kind`` operation can return (the forms listed in
     ``sim/default.toml``), so a mistyped expectation is an error, not a mismatch."""
-    slot = isinstance(expect, int) and not isinstance(expect, bool) and expect >= 0
+    slot = _is_int(expect) and expect >= 0
     if kind == "lookup":
         ok = expect == [] or (
             isinstance(expect, list) and len(expect) == 2 and all(_is_int(v) for v in expect)
@@ -257,10 +260,7 @@ def _check_expect(kind: str, expect: object, where: str) -> None:
         wanted = "[] (a miss) or [tokens, slot] (a hit)"
     elif kind == "reserve":
         ok = isinstance(expect, Mapping) and _is_reserve_outcome(expect)
-        wanted = (
-            '{ outcome = "reserved", slot }, { outcome = "already-cached", slot, published } '
-            'or { outcome = "no-slot" }'
-        )
+        wanted = f'{{ outcome = "reserved", slot }}, {_RESERVE_FORMS}'
     elif kind == "publish":
         ok, wanted = isinstance(expect, bool), "true or false"
     elif kind == "abort":
@@ -271,10 +271,7 @@ def _check_expect(kind: str, expect: object, where: str) -> None:
             and expect.get("outcome") != "reserved"
             and _is_reserve_outcome(expect)
         )
-        wanted = (
-            'the slot written (an integer >= 0), or { outcome = "already-cached", slot, '
-            'published } or { outcome = "no-slot" } when nothing was written'
-        )
+        wanted = f"the slot written (an integer >= 0), or {_RESERVE_FORMS} when nothing was written"
     else:  # pin, unpin, free_count
         ok, wanted = slot, "a count, an integer >= 0"
     if not ok:

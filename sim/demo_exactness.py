@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from reference.errors import InvalidConfigError
-from reference.exactness import VOCAB, Case, mismatches, play
+from reference.exactness import VOCAB, Case, mismatches, model_for, play
 from reference.impl import implementation
-from reference.model.config import LAYER_KINDS, PAGED_KINDS, RECURRENT_KINDS
+from reference.model import LAYER_KINDS
 from sim.config_fields import config_int, config_ints, config_table
 
 _WHERE = "exactness"
@@ -68,17 +68,18 @@ def parse_exactness(config: Mapping[str, Any]) -> ExactnessPlan | None:
 
 
 def _check_storable(plan: ExactnessPlan) -> None:
-    """Refuse a model whose checkpoints the storage cannot hold: one with nothing on the
-    recurrent axis (attention only: there is no state to checkpoint), or one without KV
-    pages (no ``attn`` layer, no draft head) at a checkpoint that stores a partial page."""
-    if not any(kind in RECURRENT_KINDS or kind == "swa" for kind in plan.layers):
+    """Refuse a model whose checkpoints the storage cannot hold, asking the tiny model what
+    live state it has: nothing on the recurrent axis (attention only: no state to
+    checkpoint), or no KV pages (no ``attn`` layer, no draft head) at a checkpoint that
+    stores a partial page."""
+    live = model_for(plan.layers, plan.draft_head).new_state(1, 1, plan.block_size)
+    if not live.recurrent:
         raise InvalidConfigError(
             f"{_WHERE}.layers {list(plan.layers)} has no recurrent or sliding-window layer, "
             "so a checkpoint has no state to store; add mamba2, gdn or swa"
         )
-    has_pages = plan.draft_head or any(kind in PAGED_KINDS for kind in plan.layers)
     partial = [p for p in plan.checkpoints if p % plan.block_size]
-    if partial and not has_pages:
+    if partial and not (live.kv_pages or live.draft_kv_pages):
         raise InvalidConfigError(
             f"{_WHERE}.checkpoints {partial} are not multiples of block_size "
             f"{plan.block_size}, so their checkpoints store a partial KV page, but "

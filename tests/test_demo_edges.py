@@ -1396,9 +1396,9 @@ def test_publish_expects_a_boolean_and_abort_nothing() -> None:
 
 
 def test_expectations_compare_as_json_types() -> None:
-    """A well-formed expectation that differs only in type from the result still
-    mismatches: ``publish`` returning True is not ``expect = 1`` (refused above), and a
-    count compares as an integer, never as a boolean."""
+    """A count expectation matches the count it names, and the comparison behind it
+    tells JSON types apart (``true`` is not ``1``, ``1`` is not ``1.0``) even where
+    parsing has not already refused the mismatched type."""
     ops = [*SEED_WRITES[:2], {"op": "free_count", "expect": 1}]
     code, report = _report(_index_only(ops))
     assert _rows(report)[3][1] == "ok" and code == 0
