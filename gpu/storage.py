@@ -516,8 +516,8 @@ class GpuStorage(ReferenceStorage):
                 super().restore_boundary_hidden(snap, hidden, batch, pos)  # raises
             checked.append((snap, batch, pos))
         if not checked:  # the checks that need no index: axis, then the tensor's layout
-            with contextlib.suppress(SlotOutOfRangeError):
-                self._hidden_args(0, hidden, 0, 0)
+            self._require_hidden_axis()
+            self._check_hidden_layout(hidden)
         return checked
 
     def _require_partial(self, *, paired: bool) -> None:
@@ -638,7 +638,7 @@ def _ints(name: str, values: object) -> list[object]:
                 f"{name} must be 1-D, got a tensor of shape {list(values.shape)}"
             )
         return list(values.tolist())
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+    if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(values, Sequence):
         raise LayoutMismatchError(
             f"{name} must be a sequence of ints or a 1-D tensor, got {type(values).__name__}"
         )

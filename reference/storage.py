@@ -552,12 +552,22 @@ class ReferenceStorage:
         self, snapshot_slot: object, hidden: object, batch_slot: object, position: object
     ) -> tuple[int, int, int]:
         """Check a boundary-hidden call; return ``(snapshot_slot, batch_slot, position)``."""
+        self._require_hidden_axis()
+        snap = self._recurrent_slot(snapshot_slot)
+        hidden = self._check_hidden_layout(hidden)
+        batch = _index("batch_slot", batch_slot, hidden.shape[0], "the hidden tensor's batch")
+        pos = _index("position", position, hidden.shape[1], "the hidden tensor's sequence")
+        return snap, batch, pos
+
+    def _require_hidden_axis(self) -> None:
         if self._hidden_dim == 0:
             raise AxisNotConfiguredError(
                 "boundary hidden operation on a storage built with boundary_hidden_dim=0; "
                 "pass boundary_hidden_dim=<hidden size> when building it"
             )
-        snap = self._recurrent_slot(snapshot_slot)
+
+    def _check_hidden_layout(self, hidden: object) -> torch.Tensor:
+        """Check that ``hidden`` is a ``[batch, seq, d]`` tensor matching the boundary slab."""
         slab = self._slabs[BOUNDARY_HIDDEN][HIDDEN]
         if not isinstance(hidden, torch.Tensor):
             raise LayoutMismatchError(
@@ -574,9 +584,7 @@ class ReferenceStorage:
                 f"boundary slab needs {slab.dtype} [batch, seq, {self._hidden_dim}] on "
                 f"{slab.device}"
             )
-        batch = _index("batch_slot", batch_slot, hidden.shape[0], "the hidden tensor's batch")
-        pos = _index("position", position, hidden.shape[1], "the hidden tensor's sequence")
-        return snap, batch, pos
+        return hidden
 
     def _recurrent_slot(self, snapshot_slot: object) -> int:
         return _index(
