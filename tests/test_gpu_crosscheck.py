@@ -779,7 +779,7 @@ def _prepared(device: torch.device) -> Twin:
     )
     twin = Twin.build(spec, 1, device, 3, 3, hidden=(5, torch.float64))
     twin.hidden_ref = random_tensor((2, 3, 5), torch.float64, torch.Generator().manual_seed(2))
-    twin.hidden_gpu = twin.hidden_ref.to(device)
+    twin.hidden_gpu = twin.hidden_ref.to(device, copy=True)  # a tensor of its own on the CPU too
     for storage, hidden in ((twin.ref, twin.hidden_ref), (twin.gpu, twin.hidden_gpu)):
         storage.capture_recurrent(0, 1)
         storage.capture_boundary_hidden(0, hidden, 1, 2)
