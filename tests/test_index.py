@@ -109,12 +109,30 @@ def test_lookup_bounds_are_exclusive_below_inclusive_above(impl: Implementation)
 def test_lookup_separates_namespaces_and_extras(impl: Implementation) -> None:
     index = impl.make_index(4)
     write(index, PROMPT, 32)
-    assert index.lookup("other-model", PROMPT, 0, 64) is None
-    assert index.lookup(MODEL, PROMPT, 0, 64, extras=("lora-7",)) is None
+    hit = index.lookup("other-model", PROMPT, 0, 64)
+    assert hit is None, f"another namespace (model) hit {hit}: the namespace is part of the key"
+    hit = index.lookup(MODEL, PROMPT, 0, 64, extras=("lora-7",))
+    assert hit is None, f"other extras (adapter) hit {hit}: extras are part of the key"
     reservation = index.reserve(MODEL, PROMPT, 32, extras=("lora-7",))
     assert isinstance(reservation, Reservation), "same prefix, other extras: a new key"
     index.publish(reservation)
     assert index.lookup(MODEL, PROMPT, 0, 64, extras=("lora-7",)) == (32, reservation.slot)
+
+
+def test_a_change_anywhere_in_the_prefix_misses(impl: Implementation) -> None:
+    """The key covers every token of ``prompt[:tokens]`` (chained digests), not only the
+    last hash unit: changing any one earlier token turns the hit into a miss."""
+    index = impl.make_index(2, hash_unit=16)
+    slot = write(index, PROMPT, 48)
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (48, slot)
+    for position in range(48):
+        changed = list(PROMPT)
+        changed[position] = 1000
+        hit = index.lookup(MODEL, changed, 0, 64)
+        assert hit is None, (
+            f"a prompt that differs at token {position} hit the checkpoint at 48 ({hit}): "
+            "keys must hash the whole prefix, chained unit by unit"
+        )
 
 
 def test_positions_off_the_hash_unit_are_keys_too(impl: Implementation) -> None:
@@ -223,8 +241,13 @@ def test_lookup_never_returns_an_unpublished_entry(impl: Implementation) -> None
     index = impl.make_index(2)
     reservation = index.reserve(MODEL, PROMPT, 32)
     assert isinstance(reservation, Reservation)
-    assert index.slot_state(reservation.slot) is SlotState.RESERVED
-    assert index.lookup(MODEL, PROMPT, 0, 64) is None
+    state = index.slot_state(reservation.slot)
+    assert state is SlotState.RESERVED, (
+        f"a reserved slot is {state.value} before its publish: nothing may be visible "
+        "before the write completes"
+    )
+    hit = index.lookup(MODEL, PROMPT, 0, 64)
+    assert hit is None, f"lookup returned the unpublished entry {hit}: its write may not be done"
     assert index.publish(reservation) is True
     assert index.lookup(MODEL, PROMPT, 0, 64) == (32, reservation.slot)
 
@@ -235,7 +258,7 @@ def test_abort_returns_the_slot_and_hides_the_key(impl: Implementation) -> None:
     reservation = index.reserve(MODEL, PROMPT, 32)
     assert isinstance(reservation, Reservation)
     index.abort(reservation)
-    assert index.free_count() == 1
+    assert index.free_count() == 1, "abort must return the slot to the free list (a leak)"
     assert index.lookup(MODEL, PROMPT, 0, 64) is None
     again = index.reserve(MODEL, PROMPT, 32)
     assert isinstance(again, Reservation), "an aborted key can be written again"
@@ -247,7 +270,11 @@ def test_reserve_of_a_cached_key_does_not_hand_out_its_slot(impl: Implementation
     assert isinstance(reservation, Reservation)
     assert index.reserve(MODEL, PROMPT, 32) == AlreadyCached(reservation.slot, published=False)
     index.publish(reservation)
-    assert index.reserve(MODEL, PROMPT, 32) == AlreadyCached(reservation.slot, published=True)
+    again = index.reserve(MODEL, PROMPT, 32)
+    assert again == AlreadyCached(reservation.slot, published=True), (
+        f"reserve of a published key returned {again}: it must answer AlreadyCached, not "
+        "hand out a slot to rewrite while a restore may be reading the checkpoint"
+    )
     assert index.free_count() == 1
 
 
@@ -352,7 +379,11 @@ def _fill_then_hit_oldest(impl: Implementation, eviction: str) -> CheckpointInde
 def test_lru_evicts_the_least_recently_hit(impl: Implementation) -> None:
     require_eviction(impl, "lru")
     index = _fill_then_hit_oldest(impl, "lru")
-    assert index.lookup(MODEL, PROMPT, 0, 32) == (16, 0)
+    hit = index.lookup(MODEL, PROMPT, 0, 32)
+    assert hit == (16, 0), (
+        f"lookup gave {hit}: the entry at 16 was hit after 32 was published, so lru must "
+        "evict 32 (a hit refreshes recency)"
+    )
 
 
 def test_fifo_ignores_hits(impl: Implementation) -> None:

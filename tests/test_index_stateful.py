@@ -331,13 +331,21 @@ class IndexMachine(RuleBasedStateMachine):
         used = self.model.used_slots()
         holders = [e.slot for e in self.model.entries.values()] + list(self.model.doomed)
         assert len(holders) == len(set(holders)), "a slot is held twice"
-        assert self.index.free_count() + len(used) == self.index.capacity
+        free = self.index.free_count()
+        assert free + len(used) == self.index.capacity, (
+            f"free_count() is {free} but the model holds {len(used)} of "
+            f"{self.index.capacity} slots: a slot leaked or was freed twice"
+        )
         for slot in range(2, 5):
             entry = self._entry_of_slot(slot)
             expected = (SlotState.FREE, 0) if entry is None else (entry.state, entry.pins)
             # Without "pin" nothing is pinned, and pins() need not be implemented.
             pins = self.index.pins(slot) if "pin" in self.impl.capabilities else 0
-            assert (self.index.slot_state(slot), pins) == expected, slot
+            found = (self.index.slot_state(slot), pins)
+            assert found == expected, (
+                f"slot {slot} is {found[0].value} with {found[1]} pin(s); after the steps "
+                f"above the model has it {expected[0].value} with {expected[1]} pin(s)"
+            )
 
 
 @pytest.mark.parametrize("eviction", ["lru", "fifo", "size-aware", "flop-aware"])

@@ -215,7 +215,11 @@ def test_vllm_align_vectors_through_policy(
         drop_draft_block=drop,
         lookahead=lookahead,
     )
-    assert policy.positions(whole(n)) == ((expected,) if expected else ())
+    found = policy.positions(whole(n))
+    assert found == ((expected,) if expected else ()), (
+        f"vllm-align P(n={n}, h={h}, drop={drop}, L={lookahead}) = {expected}, but the "
+        f"unchunked prefill captured {found}: limit = n - max(1, L) (n with drop)"
+    )
 
 
 def test_vllm_align_batch_vector() -> None:
@@ -230,6 +234,19 @@ def test_vllm_align_batch_vector_through_policy(impl: Implementation) -> None:
     policy = impl.make_placement("vllm-align", block_size=16, hash_unit=16, alignment=16)
     chunks = [PrefillChunk(32, 119, 119), PrefillChunk(0, 50, 50), PrefillChunk(37, 57, 57)]
     assert ref.batch_offsets(policy, chunks) == [(80,), (48,), ()]
+
+
+def test_vllm_align_chunk_off_the_hash_unit_holds_nothing(impl: Implementation) -> None:
+    """A chunk must start on the hash unit (``start % hash_unit == 0``). Chunk [8, 119)
+    passes every other rule at alignment 8, yet holds no checkpoint; [16, 119) holds 112."""
+    require_placement(impl, "vllm-align")
+    policy = impl.make_placement("vllm-align", block_size=16, hash_unit=16, alignment=8)
+    found = policy.positions(PrefillChunk(8, 119, 119))
+    assert found == (), (
+        f"chunk [8, 119) captured {found}: a chunk whose start is not a multiple of the "
+        "hash unit (16) holds no vllm-align checkpoint"
+    )
+    assert policy.positions(PrefillChunk(16, 119, 119)) == (112,)
 
 
 def test_vllm_align_no_alignment_never_captures(impl: Implementation) -> None:
@@ -275,7 +292,11 @@ def test_block_floor_vectors_through_policy(
 ) -> None:
     require_placement(impl, "block-floor")
     policy = impl.make_placement("block-floor", block_size=block_size)
-    assert policy.positions(whole(prompt_len)) == expected
+    found = policy.positions(whole(prompt_len))
+    assert found == expected, (
+        f"block-floor(B={block_size}) on a {prompt_len}-token prompt captured {found}, "
+        f"expected {expected}: floor((end - B) / B) * B, at least one block before the end"
+    )
 
 
 def test_block_floor_zero_block_size_captures_nothing(impl: Implementation) -> None:
@@ -321,9 +342,13 @@ def test_branch_rules(impl: Implementation) -> None:
 def test_boundary_position_captured_by_chunk_ending_there(impl: Implementation) -> None:
     require_placement(impl, "interval")
     policy = impl.make_placement("interval", hash_unit=16, every=32)
-    assert policy.positions(PrefillChunk(0, 32, 100)) == (32,)
-    assert policy.positions(PrefillChunk(32, 64, 100)) == (64,)
-    assert policy.positions(PrefillChunk(33, 63, 100)) == ()
+    for start, end, expected in ((0, 32, (32,)), (32, 64, (64,)), (33, 63, ())):
+        found = policy.positions(PrefillChunk(start, end, 100))
+        assert found == expected, (
+            f"chunk [{start}, {end}) captured {found}, expected {expected}: a chunk captures "
+            "the targets p with start < p <= end (a target on a boundary belongs to the "
+            "chunk that ends there)"
+        )
 
 
 # --- properties ------------------------------------------------------------------------
