@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from reference.api import Implementation
 from reference.loading import default_spec, load_implementation
+from tests import rules_report
 
 settings.register_profile(
     "default", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow]
@@ -50,6 +51,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
     parser.addoption(
+        "--rules",
+        action="store_true",
+        help="end with a verdict per rule of docs/SEMANTICS.md (ok, FAILED, skipped)",
+    )
+    parser.addoption(
         "--device",
         default="cpu",
         choices=("cpu", "cuda"),
@@ -58,6 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    rules_report.register(config)
     # Runs before collection, so before any test module imports Triton (which reads
     # TRITON_INTERPRET when its kernels are defined).
     if config.getoption("--device") == "cpu":

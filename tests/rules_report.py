@@ -1,0 +1,125 @@
+"""``pytest --rules``: a verdict for each rule of docs/SEMANTICS.md after a run.
+
+docs/SEMANTICS.md names, under each rule, the tests that check it. With ``--rules`` the
+run ends with one line per rule whose tests ran: ``FAILED`` (and which test failed),
+``skipped`` (every test skipped, with a reason such as an undeclared capability) or
+``ok``. An engine author reads "R2 FAILED" instead of working back from test names.
+
+A rule is a bullet that starts with a bold id (``- **ST6. ...**``); tests cited in a
+section outside such bullets belong to the section (``§1.2``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SEMANTICS = Path(__file__).resolve().parent.parent / "docs" / "SEMANTICS.md"
+_RULE = re.compile(r"^- \*\*([A-Z]+[0-9]+)\.\s*(.*)$")
+_SECTION = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\.? (.*)$")
+#: ``tests/<file>.py::<test>``, or a whole ``tests/<file>.py``.
+_CITED = re.compile(r"(?<![\w/.-])(tests/\w+\.py(?:::\w+)?)")
+
+
+@dataclass
+class Rule:
+    """One rule: its id (``"ST6"`` or ``"§1.2"``), a title, and the tests cited under it."""
+
+    id: str
+    title: str
+    tests: list[str] = field(default_factory=list)
+
+
+def rules_of(text: str) -> dict[str, Rule]:
+    """The rules of a SEMANTICS.md text, in document order, each with its cited tests."""
+    rules: dict[str, Rule] = {}
+    section: Rule | None = None
+    bullet: Rule | None = None
+    for line in text.splitlines():
+        if heading := _SECTION.match(line):
+            section = Rule(f"§{heading.group(1)}", heading.group(2).strip())
+            bullet = None
+            continue
+        if rule := _RULE.match(line):
+            rest = rule.group(2)
+            # "**ST3. A bold title.** text" or "**K1.** A sentence of text. More."
+            title = rest[2:].split(". ")[0] if rest.startswith("**") else rest.split("**")[0]
+            title = title.strip().rstrip(".")
+            bullet = rules.setdefault(rule.group(1), Rule(rule.group(1), title))
+        elif line.strip() and not line.startswith("  "):
+            bullet = None  # a new plain bullet or an unindented paragraph ends the rule
+        owner = bullet or section
+        for test in _CITED.findall(line):
+            if owner is None:
+                continue
+            if owner.id not in rules:
+                rules[owner.id] = owner
+            if test not in owner.tests:
+                owner.tests.append(test)
+    return rules
+
+
+def _cites(rule: Rule, test: str) -> bool:
+    """Whether ``rule`` cites ``test`` (a node id without parameters), or its whole file."""
+    return test in rule.tests or test.split("::")[0] in rule.tests
+
+
+class RulesReport:
+    """Collects each test's outcome and prints the per-rule verdicts at the end."""
+
+    def __init__(self, rules: dict[str, Rule]) -> None:
+        self.rules = rules
+        self.outcomes: dict[str, set[str]] = defaultdict(set)
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        test = report.nodeid.split("[")[0]
+        if report.failed:
+            self.outcomes[test].add("failed")
+        elif report.skipped:
+            self.outcomes[test].add("skipped")
+        elif report.when == "call":
+            self.outcomes[test].add("passed")
+
+    def verdicts(self) -> list[tuple[Rule, str, list[str]]]:
+        """``(rule, verdict, failed tests)`` for every rule at least one of whose tests ran."""
+        found = []
+        for rule in self.rules.values():
+            ran = [test for test in self.outcomes if _cites(rule, test)]
+            if not ran:
+                continue
+            failed = [test for test in ran if "failed" in self.outcomes[test]]
+            if failed:
+                verdict = "FAILED"
+            elif all(self.outcomes[test] == {"skipped"} for test in ran):
+                verdict = "skipped"
+            else:
+                verdict = "ok"
+            found.append((rule, verdict, failed))
+        return found
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        verdicts = self.verdicts()
+        terminalreporter.section("rules of docs/SEMANTICS.md")
+        if not verdicts:
+            terminalreporter.write_line("no test cited by a rule ran")
+            return
+        for rule, verdict, failed in verdicts:
+            line = f"{rule.id:<6} {verdict:<7} {rule.title[:70]}"
+            terminalreporter.write_line(line, red=bool(failed), green=verdict == "ok")
+            for test in failed:
+                terminalreporter.write_line(f"{'':<15}failed: {test}")
+        broken = sum(1 for _, verdict, _ in verdicts if verdict == "FAILED")
+        terminalreporter.write_line(f"{broken} of {len(verdicts)} rules broken")
+
+
+def register(config: pytest.Config) -> None:
+    """Install the report when ``--rules`` was given."""
+    if config.getoption("--rules"):
+        rules = rules_of(SEMANTICS.read_text(encoding="utf-8"))
+        config.pluginmanager.register(RulesReport(rules), "hyckpt-rules-report")
