@@ -28,7 +28,7 @@ from reference.errors import (
 )
 from reference.export import LayerExport, export_to_storage
 from reference.state import LiveState
-from tests.test_storage import DTYPES, build, poison, random_tensor, same_bits
+from tests.test_storage import DTYPES, build, poison, random_tensor, same_bits, strided_copy
 
 STATE_SHAPE = (2, 3)
 
@@ -182,8 +182,14 @@ def test_export_matches_a_naive_per_row_construction(impl: Implementation, batch
     conv, state = expected_slabs(batch)
     inputs = {k: v.clone() for k, v in batch.kwargs().items() if v is not None}
     batch.export(exporter)
-    assert same_bits(batch.conv_slab, conv)
-    assert same_bits(batch.state_slab, state)
+    assert same_bits(batch.conv_slab, conv), (
+        "conv slab differs from the naive construction: each checkpoint row's slot holds "
+        "the W raw inputs before its offset, every other slot is untouched"
+    )
+    assert same_bits(batch.state_slab, state), (
+        "state slab differs from the naive construction: each checkpoint row's slot holds "
+        "its emitted state, every other slot is untouched"
+    )
     for name in ("raw_inputs", "initial_conv", "emitted_states", "offsets", "destinations"):
         assert same_bits(getattr(batch, name), inputs[name]), f"export changed {name}"
 
@@ -196,7 +202,10 @@ def test_conv_window_equals_a_token_by_token_update(impl: Implementation, batch:
         if offset and dest != -1:
             consumed = batch.row_inputs(row)[:offset]
             expected = token_by_token_window(batch.initial_conv[row], consumed)
-            assert same_bits(batch.conv_slab[dest], expected), f"row {row}"
+            assert same_bits(batch.conv_slab[dest], expected), (
+                f"row {row}: the conv window exported at offset {offset} differs from the "
+                f"window after feeding the row's first {offset} inputs one at a time"
+            )
 
 
 def test_an_offset_shorter_than_the_window_reaches_into_the_initial_window(
@@ -210,7 +219,10 @@ def test_an_offset_shorter_than_the_window_reaches_into_the_initial_window(
     batch.export(exporter_of(impl))
     # Window columns: initial columns 1 and 2, then the row's first input.
     expected = torch.tensor([[1.0, 2.0, 100.0], [4.0, 5.0, 101.0], [7.0, 8.0, 102.0]])
-    assert torch.equal(batch.conv_slab[0], expected.double())
+    assert torch.equal(batch.conv_slab[0], expected.double()), (
+        f"window at offset 1 of a 3-column window is {batch.conv_slab[0].tolist()}; it must "
+        "take initial columns 1 and 2 (the inputs before the chunk), then the row's first input"
+    )
 
 
 def test_rows_without_a_checkpoint_write_nothing(impl: Implementation) -> None:
@@ -223,7 +235,12 @@ def test_rows_without_a_checkpoint_write_nothing(impl: Implementation) -> None:
     )
     conv, state = batch.conv_slab.clone(), batch.state_slab.clone()
     batch.export(exporter_of(impl))
-    assert same_bits(batch.conv_slab, conv) and same_bits(batch.state_slab, state)
+    for name, slab, before in (("conv", batch.conv_slab, conv), ("state", batch.state_slab, state)):
+        written = [slot for slot in range(slab.shape[0]) if not same_bits(slab[slot], before[slot])]
+        assert not written, (
+            f"{name} slab slots {written} were written: a row with offset 0 or destination -1 "
+            "has no checkpoint and writes nothing (-1 is not the last slot)"
+        )
 
 
 def test_the_seed_batch_writes_columns_6_and_2(impl: Implementation) -> None:
@@ -261,9 +278,36 @@ def test_recurrent_rows_pick_the_emitted_states(impl: Implementation) -> None:
     )
     conv, state = expected_slabs(batch)
     batch.export(exporter_of(impl))
-    assert same_bits(batch.state_slab[0], batch.emitted_states[4])
-    assert same_bits(batch.state_slab[2], batch.emitted_states[0])
+    for slot, state_row in ((0, 4), (2, 0)):
+        assert same_bits(batch.state_slab[slot], batch.emitted_states[state_row]), (
+            f"slot {slot} does not hold emitted_states[{state_row}]: with recurrent_rows, a "
+            "checkpoint row's state is the emitted state its recurrent_rows entry names"
+        )
     assert same_bits(batch.conv_slab, conv) and same_bits(batch.state_slab, state)
+
+
+@given(batch=batches())
+def test_strided_arguments_are_read_and_written_element_by_element(
+    impl: Implementation, batch: Batch
+) -> None:
+    """Tensors that are views into larger buffers (no dimension contiguous, padding between
+    elements, like raw inputs sliced out of an input projection or conv windows stored
+    transposed) export like contiguous ones, and no other byte of any buffer is written."""
+    exporter = exporter_of(impl)
+    buffers: dict[str, torch.Tensor] = {}
+    for name in ("raw_inputs", "initial_conv", "emitted_states", "conv_slab", "state_slab"):
+        view, buffers[name] = strided_copy(getattr(batch, name))
+        setattr(batch, name, view)
+    conv, state = expected_slabs(batch)
+    before = {name: buffer.clone() for name, buffer in buffers.items()}
+    batch.export(exporter)
+    assert same_bits(batch.conv_slab, conv), "conv windows differ from the naive construction"
+    assert same_bits(batch.state_slab, state), "states differ from the emitted states"
+    for name, buffer in buffers.items():
+        written = name.endswith("_slab")
+        kept = buffer[..., -1] if written else buffer  # a slab's padding, or a whole input
+        old = before[name][..., -1] if written else before[name]
+        assert same_bits(kept, old), f"export wrote {name}'s buffer outside the view"
 
 
 # --- misuse ------------------------------------------------------------------------------

@@ -152,24 +152,58 @@ def records(storage: SnapshotStorage) -> tuple[object, ...]:
 def everything(
     storage: SnapshotStorage, live: LiveState, *extra: torch.Tensor, skip: str = ""
 ) -> list[object]:
-    """The records, then clones of every slab (but group ``skip``), live and ``extra`` tensor."""
+    """The records, then ``(label, clone)`` of every slab (but group ``skip``), live and
+    ``extra`` tensor; labels read ``slab kv/2.k``, ``live recurrent/0.conv``, ``argument #0``."""
     slabs = storage.slabs()
-    tensors = [t for group, ts in slabs.items() if group != skip for t in ts.values()]
-    tensors += [*live.recurrent.values(), *live.kv_pages.values(), *live.draft_kv_pages.values()]
-    tensors += extra
-    return [records(storage), *(t.clone() for t in tensors)]
+    tensors = [
+        (f"slab {group}/{name}", t)
+        for group, ts in slabs.items()
+        if group != skip
+        for name, t in ts.items()
+    ]
+    for group, ts in (
+        ("recurrent", live.recurrent),
+        ("kv", live.kv_pages),
+        ("draft_kv", live.draft_kv_pages),
+    ):
+        tensors += [(f"live {group}/{name}", t) for name, t in ts.items()]
+    tensors += [(f"argument #{i}", t) for i, t in enumerate(extra)]
+    return [records(storage), *((label, t.clone()) for label, t in tensors)]
 
 
 def assert_unchanged(before: list[object], after: list[object]) -> None:
-    assert before[0] == after[0], "capture records changed"
-    for i, (a, b) in enumerate(zip(before[1:], after[1:], strict=True)):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-        assert same_bits(a, b), f"tensor #{i} changed"
+    """Records and every tensor of :func:`everything` are as they were, bit for bit."""
+    assert before[0] == after[0], f"capture records changed: {before[0]} -> {after[0]}"
+    for old, new in zip(before[1:], after[1:], strict=True):
+        assert isinstance(old, tuple) and isinstance(new, tuple) and old[0] == new[0]
+        assert same_bits(old[1], new[1]), (
+            f"{old[0]} changed: a rejected call (or one that copies nothing) must write nothing"
+        )
 
 
 def slab_bytes(slabs: dict[str, torch.Tensor]) -> int:
     """Bytes one slot occupies in ``slabs`` (measured on the allocated tensors)."""
     return sum(t[0].numel() * t.element_size() for t in slabs.values())
+
+
+def strided_view(buffer: torch.Tensor, rows: int) -> torch.Tensor:
+    """The view of ``buffer`` that :func:`strided_copy` returns (``rows``: its ``shape[-2]``)."""
+    return buffer[..., :rows].transpose(-1, -2)
+
+
+def strided_copy(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy of ``tensor`` (at least 2-D) laid out like a view into an engine's larger
+    buffer, and that buffer.
+
+    The last two dimensions are swapped in memory and each stored column is followed by
+    one poisoned padding element, so no dimension has its contiguous stride. The view
+    holds ``tensor``'s bits; the buffer's last column is padding.
+    """
+    *lead, rows, cols = tensor.shape
+    buffer = poison(torch.empty((*lead, cols, rows + 1), dtype=tensor.dtype))
+    view = strided_view(buffer, rows)
+    view.copy_(tensor)
+    return view, buffer
 
 
 #: Storage operations an implementation provides only if it declares the capability.
@@ -240,8 +274,10 @@ def test_bytes_per_slot_equals_allocated_bytes(
     assert storage.recurrent_bytes_per_slot() == slab_bytes(slabs["recurrent"]) + slab_bytes(
         slabs["boundary_hidden"]
     )
-    assert storage.partial_kv_bytes_per_slot() == slab_bytes(slabs["kv"]) + slab_bytes(
-        slabs["draft_kv"]
+    allocated = slab_bytes(slabs["kv"]) + slab_bytes(slabs["draft_kv"])
+    assert storage.partial_kv_bytes_per_slot() == allocated, (
+        f"partial_kv_bytes_per_slot() is {storage.partial_kv_bytes_per_slot()} but a slot's "
+        f"base and draft pages take {allocated} bytes; a pool sized from it would not fit"
     )
     if hidden_dim:
         assert slab_bytes(slabs["boundary_hidden"]) == hidden_dim * hidden_dtype.itemsize
@@ -294,7 +330,11 @@ def test_recurrent_capture_restore_into_another_batch_slot_is_bitwise(
     before = {name: t.clone() for name, t in live.recurrent.items()}
     storage.restore_recurrent(snap, target)
     for name, t in live.recurrent.items():
-        assert same_bits(t[target], captured[name]), name
+        assert same_bits(t[target], captured[name]), (
+            f"live recurrent/{name}: batch slot {target} after the restore is not what batch "
+            f"slot {source} held at the capture; capture and restore copy every recurrent "
+            "tensor (conv windows, states, sliding-window rings)"
+        )
         others = [b for b in range(BATCH_SLOTS) if b != target]
         assert same_bits(t[others], before[name][others]), f"{name}: another batch slot changed"
 
@@ -306,7 +346,10 @@ def test_capture_copies_the_live_state_and_nothing_else(impl: Implementation) ->
     storage.capture_recurrent(1, 2)
     for name, t in live.recurrent.items():
         slab = storage.slab("recurrent", name)
-        assert same_bits(slab[1], t[2])
+        assert same_bits(slab[1], t[2]), (
+            f"slab recurrent/{name}: snapshot slot 1 is not batch slot 2 after "
+            "capture_recurrent(1, 2); a capture copies every recurrent tensor"
+        )
         assert not slab[[0, 2]].any(), "another snapshot slot was written"
         assert same_bits(t, live_before.recurrent[name]), "capture changed the live state"
     assert not storage.slab("boundary_hidden", "hidden").any(), "recurrent capture took the row"
@@ -335,7 +378,10 @@ def test_zero_recurrent_zeroes_one_batch_slot(impl: Implementation) -> None:
     slabs_before = {n: s.clone() for n, s in storage.slabs()["recurrent"].items()}
     storage.zero_recurrent(1)
     for name, t in live.recurrent.items():
-        assert same_bits(t[1], torch.zeros_like(t[1])), name
+        assert same_bits(t[1], torch.zeros_like(t[1])), (
+            f"live recurrent/{name}: zero_recurrent(1) left batch slot 1 nonzero; it zeroes "
+            "every recurrent tensor (conv windows included: the state of an empty prefix)"
+        )
         assert same_bits(t[[0, 2]], before.recurrent[name][[0, 2]])
         assert same_bits(storage.slab("recurrent", name), slabs_before[name])
     for name, t in live.kv_pages.items():
@@ -387,11 +433,19 @@ def test_partial_capture_copies_rows_below_valid_only(
     for t in live.kv_pages.values():
         poison(t[3])
     storage.capture_partial_kv(1, 3, BLOCK)  # the slot now holds a poisoned page
+    for name, t in live.kv_pages.items():
+        assert same_bits(storage.slab("kv", name)[1], t[3]), (
+            f"slab kv/{name}: after a capture with valid = B = {BLOCK} the slot is not the "
+            "page; a capture copies every row below valid"
+        )
     storage.capture_partial_kv(1, 0, valid)
     assert storage.partial_kv_rows(1) == valid and not storage.partial_kv_paired(1)
     for name, t in live.kv_pages.items():
         slab = storage.slab("kv", name)
-        assert same_bits(slab[1, :valid], t[0, :valid])
+        assert same_bits(slab[1, :valid], t[0, :valid]), (
+            f"slab kv/{name}: slot rows [0, {valid}) are not the page's rows [0, {valid}); a "
+            "capture copies every row below valid"
+        )
         assert same_bits(slab[1, valid:], t[3, valid:]), "rows >= valid were written"
 
 
@@ -419,8 +473,13 @@ def test_partial_restore_writes_rows_below_valid_only(
         return
     storage.restore_partial_kv(2, 2, restored)
     for name, t in live.kv_pages.items():
-        assert same_bits(t[2, :restored], source[name][:restored])
-        assert same_bits(t[2, restored:], before.kv_pages[name][2, restored:]), "poison overwritten"
+        assert same_bits(t[2, :restored], source[name][:restored]), (
+            f"live kv/{name}: rows [0, {restored}) of the page are not the captured rows"
+        )
+        assert same_bits(t[2, restored:], before.kv_pages[name][2, restored:]), (
+            f"live kv/{name}: a restore with valid = {restored} wrote rows >= valid of the "
+            "destination page, which may hold the new request's keys and values"
+        )
         assert same_bits(t[[0, 1, 3]], before.kv_pages[name][[0, 1, 3]]), "another page changed"
 
 
@@ -454,14 +513,19 @@ def test_paired_capture_and_restore(impl: Implementation) -> None:
             poison(t[2:])
     before = live.clone()
     storage.restore_partial_kv_paired(2, 3, 2, 3)
-    for name, t in live.kv_pages.items():
-        assert same_bits(t[3, :3], base_src[name][:3])
-        assert same_bits(t[3, 3:], before.kv_pages[name][3, 3:])
-        assert same_bits(t[:3], before.kv_pages[name][:3])
-    for name, t in live.draft_kv_pages.items():
-        assert same_bits(t[2, :3], draft_src[name][:3])
-        assert same_bits(t[2, 3:], before.draft_kv_pages[name][2, 3:])
-        assert same_bits(t[[0, 1, 3]], before.draft_kv_pages[name][[0, 1, 3]])
+    for group, pages, earlier, page, source in (
+        ("kv", live.kv_pages, before.kv_pages, 3, base_src),
+        ("draft_kv", live.draft_kv_pages, before.draft_kv_pages, 2, draft_src),
+    ):
+        for name, t in pages.items():
+            old = earlier[name]
+            assert same_bits(t[page, :3], source[name][:3]), (
+                f"live {group}/{name}: a paired restore did not write rows [0, 3) of its "
+                f"{'draft' if group == 'draft_kv' else 'base'} page {page}"
+            )
+            others = [p for p in range(NUM_PAGES) if p != page]
+            assert same_bits(t[page, 3:], old[page, 3:]), f"live {group}/{name}: rows >= valid"
+            assert same_bits(t[others], old[others]), f"live {group}/{name}: another page"
 
 
 def test_unpaired_restore_of_a_paired_capture_writes_base_pages_only(impl: Implementation) -> None:
@@ -490,6 +554,78 @@ def test_paired_restore_needs_a_paired_capture(impl: Implementation) -> None:
         with pytest.raises(NeverCapturedError, match="draft"):
             storage.restore_partial_kv_paired(slot, 3, 3, 2)
     assert_unchanged(before, everything(storage, live))
+
+
+@given(
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**31),
+    batch=st.tuples(st.integers(0, BATCH_SLOTS - 1), st.integers(0, BATCH_SLOTS - 1)),
+    page=st.tuples(st.integers(0, NUM_PAGES - 1), st.integers(0, NUM_PAGES - 1)),
+    valid=st.integers(1, BLOCK),
+)
+def test_strided_live_tensors_are_copied_element_by_element(
+    impl: Implementation,
+    dtype: torch.dtype,
+    seed: int,
+    batch: tuple[int, int],
+    page: tuple[int, int],
+    valid: int,
+) -> None:
+    """Live pools that are views into larger buffers (no dimension contiguous, padding
+    between elements, as in an engine's shared cache pool) are copied by index: a capture
+    takes the view's elements, and a restore writes the view's elements and no other byte
+    of the buffer."""
+    gen = torch.Generator().manual_seed(seed)
+    pairing = "draft-pairing" in impl.capabilities
+    dense = make_live(gen, dtype, draft=pairing)
+    views: dict[tuple[str, str], torch.Tensor] = {}
+    buffers: dict[tuple[str, str], torch.Tensor] = {}
+    groups = {"recurrent": dense.recurrent, "kv": dense.kv_pages, "draft_kv": dense.draft_kv_pages}
+    for group, tensors in groups.items():
+        for name, t in tensors.items():
+            views[group, name], buffers[group, name] = strided_copy(t)
+
+    def group_views(group: str) -> dict[str, torch.Tensor]:
+        return {name: view for (g, name), view in views.items() if g == group}
+
+    live = LiveState(group_views("recurrent"), group_views("kv"), group_views("draft_kv"))
+    storage = build(impl, live)
+    (source, target), (page_from, page_to) = batch, page
+    # Per group: (snapshot slot, live index captured, live index restored, rows).
+    where = {
+        "recurrent": (1, source, target, slice(None)),
+        "kv": (2, page_from, page_to, slice(valid)),
+        "draft_kv": (2, (page_from + 1) % NUM_PAGES, (page_to + 1) % NUM_PAGES, slice(valid)),
+    }
+    storage.capture_recurrent(1, source)
+    if pairing:
+        storage.capture_partial_kv_paired(2, page_from, where["draft_kv"][1], valid)
+    else:
+        storage.capture_partial_kv(2, page_from, valid)
+    for (group, name), view in views.items():
+        snap, read, _, rows = where[group]
+        slab = storage.slab(group, name)
+        assert same_bits(slab[snap, rows], view[read, rows]), (
+            f"capture of {group}/{name} did not take the elements of the strided view"
+        )
+    # The live state moves on (padding included), then the checkpoint comes back.
+    expected: dict[tuple[str, str], torch.Tensor] = {}
+    for (group, name), buffer in buffers.items():
+        buffer.copy_(random_tensor(tuple(buffer.shape), buffer.dtype, gen))
+        snap, _, write, rows = where[group]
+        expected[group, name] = buffer.clone()
+        view = strided_view(expected[group, name], views[group, name].shape[-2])
+        view[write, rows] = storage.slab(group, name)[snap, rows]
+    storage.restore_recurrent(1, target)
+    if pairing:
+        storage.restore_partial_kv_paired(2, page_to, where["draft_kv"][2], valid)
+    else:
+        storage.restore_partial_kv(2, page_to, valid)
+    for (group, name), buffer in buffers.items():
+        assert same_bits(buffer, expected[group, name]), (
+            f"restore into the strided view {group}/{name} left its elements wrong or wrote "
+            "other bytes of its buffer"
+        )
 
 
 # --- boundary hidden row -----------------------------------------------------------------
@@ -866,6 +1002,58 @@ def test_a_changed_live_layout_is_rejected(impl: Implementation, change: str) ->
     assert_unchanged(before, everything(storage, live, hidden))
 
 
+def test_a_live_tensor_replaced_by_one_of_the_same_layout_is_used(impl: Implementation) -> None:
+    """The storage reads the live state's dictionaries at every call: after an engine
+    reallocates its pools (new tensors of the same layout), captures read and restores and
+    zeroing write the new tensors, and the old ones are left alone."""
+    pairing = "draft-pairing" in impl.capabilities
+    gen = torch.Generator().manual_seed(22)
+    live = make_live(gen, draft=pairing)
+    storage = build(impl, live)
+    groups = (live.recurrent, live.kv_pages, live.draft_kv_pages)
+    retired: list[tuple[torch.Tensor, torch.Tensor]] = []  # (old tensor, its bits)
+
+    def reallocate() -> None:
+        for tensors in groups:
+            for name, t in tensors.items():
+                retired.append((t, t.clone()))
+                tensors[name] = random_tensor(tuple(t.shape), t.dtype, gen)
+
+    def partial_kv(capture: bool, page: int) -> None:
+        if pairing:
+            op = storage.capture_partial_kv_paired if capture else storage.restore_partial_kv_paired
+            op(0, page, page, BLOCK)
+        else:
+            (storage.capture_partial_kv if capture else storage.restore_partial_kv)(0, page, BLOCK)
+
+    def pools(batch_slot: int, page: int) -> list[tuple[str, str, torch.Tensor]]:
+        """(group, name, the live state's current tensor at ``batch_slot`` or ``page``)."""
+        rec = [("recurrent", name, t[batch_slot]) for name, t in live.recurrent.items()]
+        kv = [("kv", name, t[page]) for name, t in live.kv_pages.items()]
+        return rec + kv + [("draft_kv", name, t[page]) for name, t in live.draft_kv_pages.items()]
+
+    reallocate()
+    storage.capture_recurrent(0, 1)
+    partial_kv(True, 2)
+    slabs = storage.slabs()
+    for group, name, current in pools(1, 2):
+        assert same_bits(slabs[group][name][0], current), (
+            f"capture read {group}/{name} from a tensor the live state no longer holds"
+        )
+    reallocate()
+    storage.restore_recurrent(0, 0)
+    partial_kv(False, 3)
+    storage.zero_recurrent(2)
+    for group, name, current in pools(0, 3):
+        assert same_bits(current, slabs[group][name][0]), (
+            f"restore did not write the live state's current {group}/{name}"
+        )
+    for name, t in live.recurrent.items():
+        assert same_bits(t[2], torch.zeros_like(t[2])), f"zero did not zero the current {name}"
+    for old, old_bits in retired:
+        assert same_bits(old, old_bits), "a tensor the live state no longer holds was written"
+
+
 def test_bad_configuration_is_rejected(impl: Implementation) -> None:
     live = make_live(torch.Generator().manual_seed(14))
     for slots in ((-1, 1), (1, -1), (1.0, 1), (1, "2"), (True, 1)):
@@ -1052,10 +1240,10 @@ def test_stream_is_accepted_and_ignored(impl: Implementation) -> None:
         expected = everything(plain, plain_live, plain_hidden)
         found = everything(streamed, streamed_live, streamed_hidden)
         assert found[0] == expected[0], f"{name} with a stream recorded other captures"
-        for i, (a, b) in enumerate(zip(expected[1:], found[1:], strict=True)):
-            assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            assert same_bits(a, b), f"{name} with a stream left tensor #{i} different"
+        for a, b in zip(expected[1:], found[1:], strict=True):
+            assert isinstance(a, tuple) and isinstance(b, tuple)
+            assert same_bits(a[1], b[1]), f"{name} with a stream left {a[0]} different"
         assert any(
-            not same_bits(a, b)  # type: ignore[arg-type]
+            not same_bits(a[1], b[1])  # type: ignore[index]
             for a, b in zip(before[1:], expected[1:], strict=True)
         ), f"{name} changed nothing, so it cannot tell a stream from none"

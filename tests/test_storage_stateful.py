@@ -299,11 +299,20 @@ class StorageMachine(RuleBasedStateMachine):
     def everything_matches_the_model(self) -> None:
         slabs = self.storage.slabs()
         for (group, name), expected in self.model.slots.items():
-            assert same_bits(slabs[group][name], torch.stack(expected)), f"slab {group}/{name}"
+            found = slabs[group][name]
+            wrong = [i for i, row in enumerate(expected) if not same_bits(found[i], row)]
+            assert not wrong, (
+                f"slab {group}/{name}: snapshot slots {wrong} differ from the model after the "
+                "steps above"
+            )
         assert sum(len(g) for g in slabs.values()) == len(self.model.slots), "unexpected slabs"
         for (group, name), expected in self.model.live.items():
             actual = _live_groups(self.live)[group][name]
-            assert same_bits(actual, torch.stack(expected)), f"live {group}/{name}"
+            wrong = [i for i, row in enumerate(expected) if not same_bits(actual[i], row)]
+            assert not wrong, (
+                f"live {group}/{name}: batch slots or pages {wrong} differ from the model after "
+                "the steps above"
+            )
         assert same_bits(self.hidden, self.model.hidden), "hidden tensor"
         for slot in range(RECURRENT_SLOTS):
             assert self.storage.is_recurrent_captured(slot) is (slot in self.model.recurrent)
