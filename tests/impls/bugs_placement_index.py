@@ -29,6 +29,7 @@ from reference.api import (
 from reference.hashing import HashedPrompt, root_digest
 from reference.impl import implementation as reference_implementation
 from reference.index import ReferenceIndex
+from tests.impls.factories import index_factory
 from tests.impls.known_bug import KnownBug
 
 MODULE = __name__
@@ -50,26 +51,9 @@ def _with_placement(
 
 def _with_index(bug: str, index_class: type[ReferenceIndex]) -> Implementation:
     """The reference, except that indexes are ``index_class`` instances."""
-
-    def make_index(
-        capacity: int,
-        *,
-        first_slot: int = 0,
-        eviction: str | EvictionPolicy = "lru",
-        hash_unit: int = 16,
-        bytes_per_slot: int = 1,
-        **eviction_params: object,
-    ) -> ReferenceIndex:
-        return index_class(
-            capacity,
-            first_slot=first_slot,
-            eviction=eviction,
-            hash_unit=hash_unit,
-            bytes_per_slot=bytes_per_slot,
-            eviction_params=eviction_params,
-        )
-
-    return dataclasses.replace(reference_implementation(), name=bug, make_index=make_index)
+    return dataclasses.replace(
+        reference_implementation(), name=bug, make_index=index_factory(index_class)
+    )
 
 
 # --- placement --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from reference.errors import CapabilityMissingError
 from reference.impl import implementation as reference_implementation
 from reference.index import ReferenceIndex
 from reference.storage import ReferenceStorage
+from tests.impls.factories import index_factory
 
 OPTIONAL = frozenset({"pin", "invalidate", "draft-pairing", "boundary-hidden"})
 
@@ -61,32 +62,13 @@ class NoDraftStorage(ReferenceStorage):
         refuse("restore_boundary_hidden")
 
 
-def make_index(
-    capacity: int,
-    *,
-    first_slot: int = 0,
-    eviction: str = "lru",
-    hash_unit: int = 16,
-    bytes_per_slot: int = 1,
-    **eviction_params: object,
-) -> NoPinIndex:
-    return NoPinIndex(
-        capacity,
-        first_slot=first_slot,
-        eviction=eviction,
-        hash_unit=hash_unit,
-        bytes_per_slot=bytes_per_slot,
-        eviction_params=eviction_params,
-    )
-
-
 def implementation() -> Implementation:
     reference = reference_implementation()
     return dataclasses.replace(
         reference,
         name="no-optional-features",
         capabilities=reference.capabilities - OPTIONAL,
-        make_index=make_index,
+        make_index=index_factory(NoPinIndex),
         make_storage=NoDraftStorage,
         make_exporter=None,
     )

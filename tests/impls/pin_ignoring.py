@@ -11,6 +11,7 @@ import dataclasses
 from reference.api import Implementation
 from reference.impl import implementation as reference_implementation
 from reference.index import ReferenceIndex
+from tests.impls.factories import index_factory
 
 
 class PinIgnoringIndex(ReferenceIndex):
@@ -21,20 +22,7 @@ class PinIgnoringIndex(ReferenceIndex):
         return entry is not None and entry.state.value == "published"
 
 
-def make_index(capacity: int, **options: object) -> PinIgnoringIndex:
-    eviction = options.pop("eviction", "lru")
-    hash_unit = options.pop("hash_unit", 16)
-    first_slot = options.pop("first_slot", 0)
-    return PinIgnoringIndex(
-        capacity,
-        first_slot=first_slot,  # type: ignore[arg-type]
-        eviction=eviction,  # type: ignore[arg-type]
-        hash_unit=hash_unit,  # type: ignore[arg-type]
-        eviction_params=options,
-    )
-
-
 def implementation() -> Implementation:
     return dataclasses.replace(
-        reference_implementation(), name="pin-ignoring", make_index=make_index
+        reference_implementation(), name="pin-ignoring", make_index=index_factory(PinIgnoringIndex)
     )
