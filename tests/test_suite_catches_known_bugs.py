@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from reference.loading import load_implementation
+from reference.vectors_replay import SessionTarget, replay_directory
 from tests.impls.bug_catalog import CATALOG, LAYERS
 from tests.impls.known_bug import KnownBug
 
@@ -126,6 +128,17 @@ def test_the_suite_catches_the_bug(bug: KnownBug, suite_runs: dict[str, SuiteRun
         f"{sorted(run.broken_rules)}): docs/SEMANTICS.md must cite a test that fails on it "
         f"under {bug.rule}"
     )
+
+
+@pytest.mark.parametrize(
+    "bug", [bug for bug in CATALOG if bug.layer in ("placement", "index")], ids=lambda b: b.name
+)
+def test_the_json_vectors_catch_the_bug(bug: KnownBug) -> None:
+    """An engine in another language is checked by replaying ``vectors/*.json`` through
+    the stdio protocol (docs/PROTOCOL.md); the vectors catch every placement and index
+    bug of the catalogue too (replayed in process here, the same cases)."""
+    report = replay_directory(ROOT / "vectors", SessionTarget(load_implementation(bug.spec)))
+    assert not report.ok, f"vectors/*.json replay clean on {bug.name}: {report.summary()}"
 
 
 def test_catalogue_entries_are_well_formed() -> None:
