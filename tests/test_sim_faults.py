@@ -104,6 +104,24 @@ def test_an_index_that_evicts_pinned_slots_is_caught() -> None:
     assert reference.ok
 
 
+@pytest.mark.parametrize(
+    ("bug", "faults", "rule"),
+    [
+        ("publishes_at_reserve", Faults(copy_delay_s=2.0), "served-unpublished"),
+        ("abort_leaks_slot", Faults(capture_failure_rate=0.3), "slot-leaked"),
+    ],
+)
+def test_index_bugs_of_the_conformance_catalogue_break_the_lockstep(
+    bug: str, faults: Faults, rule: str
+) -> None:
+    """Two index bugs of docs/CONFORMANCE.md's catalogue break the lockstep contract under
+    load, and the checker names them: an index that publishes at reserve time serves
+    slots still being written, and one that never frees an aborted slot leaks it."""
+    result = run(faults, count=100, impl=f"tests.impls.bugs_placement_index:{bug}")
+    assert result.violation_counts.get(rule, 0) > 0, result.violation_counts
+    assert run(faults, count=100).ok
+
+
 def test_preemption_mid_prefill_drops_no_request() -> None:
     """The fault preempts only a request whose step has other work: preempting a lone
     request left an empty step, and the engine's never-spin guard dropped the request."""
