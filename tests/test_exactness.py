@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -134,6 +135,36 @@ def test_worked_examples(impl: Implementation, draft: bool, p: int, inside: bool
     outcome = play(impl, case)
     assert mismatches(outcome, case) == []
     assert outcome.exporter_matches_capture is (True if inside else None)
+
+
+@pytest.mark.parametrize("layers", PATTERNS, ids=["-".join(p) for p in PATTERNS])
+def test_a_reused_batch_slot_reset_by_zero_recurrent_prefills_like_a_fresh_one(
+    impl: Implementation, layers: tuple[str, ...]
+) -> None:
+    """Engines reuse batch slots: a request without a prefix hit starts in the slot a
+    finished request left, after ``zero_recurrent`` (ST4). Its prefill there equals a
+    prefill in a fresh state, bitwise: zero leaves exactly the state of an empty prefix
+    (conv windows, SSM and DeltaNet states, sliding-window rings)."""
+    if impl.make_storage is None:
+        pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
+    model = model_for(layers, False)
+    block, earlier = 4, [(7 * i + 5) % VOCAB for i in range(18)]
+    prompt = [(3 * i + 1) % VOCAB for i in range(13)]
+    live = model.new_state(2, 10, block)
+    storage = impl.make_storage(live, 1, 1)
+    model.prefill(live, 0, list(range(5)), earlier, 0)  # the finished request's state
+    storage.zero_recurrent(0)
+    reused = model.prefill(live, 0, list(range(5, 9)), prompt, 0)
+    fresh_state = model.new_state(1, 4, block)
+    fresh = model.prefill(fresh_state, 0, list(range(4)), prompt, 0)
+    assert torch.equal(reused.logits, fresh.logits), (
+        "logits of a prompt prefilled in a batch slot reset by zero_recurrent differ from a "
+        "fresh state's: the previous request's state leaked into the new one"
+    )
+    for name, tensor in live.recurrent.items():
+        assert torch.equal(tensor[0], fresh_state.recurrent[name][0]), (
+            f"recurrent {name} after the prefill differs from a fresh state's"
+        )
 
 
 # --- the same harness fails when the checkpoint is incomplete ----------------------------
