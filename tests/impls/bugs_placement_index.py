@@ -26,7 +26,7 @@ from reference.api import (
     ReserveOutcome,
     SlotState,
 )
-from reference.hashing import HashedPrompt, root_digest
+from reference.hashing import _TOKEN_BYTES, HashedPrompt, root_digest
 from reference.impl import implementation as reference_implementation
 from reference.index import ReferenceIndex
 from tests.impls.factories import index_factory
@@ -267,9 +267,10 @@ class _UnchainedPrompt(HashedPrompt):
         chained = super().unit_digest(units)  # the reference's range checks
         if units == 0:
             return chained
-        unit = self.tokens()[(units - 1) * self.unit : units * self.unit]
+        step = self.unit * _TOKEN_BYTES
+        unit = self._bytes[(units - 1) * step : units * step]
         root = root_digest(self.namespace, self.extras)
-        return blake2b(root + repr(unit).encode(), digest_size=len(chained)).digest()
+        return blake2b(root + unit, digest_size=len(chained)).digest()
 
 
 class UnchainedHash(ReferenceIndex):
