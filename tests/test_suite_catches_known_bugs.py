@@ -49,8 +49,11 @@ class SuiteRun:
     broken_rules: set[str]  # rules that ``--rules`` reported broken
 
 
-def run_suite(bug: KnownBug, workdir: Path) -> SuiteRun:
-    """Run ``bug.suite`` against ``bug.spec`` in a subprocess, as an engine author would."""
+def run_suite(
+    bug: KnownBug, workdir: Path, *, spec: str | None = None, env: dict[str, str] | None = None
+) -> SuiteRun:
+    """Run ``bug.suite`` against ``bug.spec`` (or ``spec``) in a subprocess, as an engine
+    author would; ``env`` adds environment variables."""
     junit = workdir / "junit.xml"
     result = subprocess.run(
         [
@@ -63,14 +66,14 @@ def run_suite(bug: KnownBug, workdir: Path) -> SuiteRun:
             f"--junitxml={junit}",
             "--rules",
             "--impl",
-            bug.spec,
+            spec or bug.spec,
             *bug.suite,
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "HYPOTHESIS_PROFILE": "smoke"},
+        env={**os.environ, "HYPOTHESIS_PROFILE": "smoke", **(env or {})},
     )
     failed: dict[str, str] = {}
     if junit.is_file():
@@ -108,9 +111,9 @@ def matching(test_id: str, failed: dict[str, str]) -> list[str]:
     return [name for name in failed if name == test_id or name.startswith(test_id + "[")]
 
 
-@pytest.mark.parametrize("bug", CATALOG, ids=lambda bug: bug.name)
-def test_the_suite_catches_the_bug(bug: KnownBug, suite_runs: dict[str, SuiteRun]) -> None:
-    run = suite_runs[bug.name]
+def assert_caught(bug: KnownBug, run: SuiteRun) -> None:
+    """``run`` failed ``bug.caught_by``, one of them saying ``bug.message``, and
+    ``--rules`` reported ``bug.rule`` broken."""
     assert run.returncode in (0, 1), f"pytest did not run the suite:\n{run.output}"
     failed = run.failed
     missed = [test for test in bug.caught_by if not matching(test, failed)]
@@ -128,6 +131,30 @@ def test_the_suite_catches_the_bug(bug: KnownBug, suite_runs: dict[str, SuiteRun
         f"{sorted(run.broken_rules)}): docs/SEMANTICS.md must cite a test that fails on it "
         f"under {bug.rule}"
     )
+
+
+@pytest.mark.parametrize("bug", CATALOG, ids=lambda bug: bug.name)
+def test_the_suite_catches_the_bug(bug: KnownBug, suite_runs: dict[str, SuiteRun]) -> None:
+    assert_caught(bug, suite_runs[bug.name])
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [bug for bug in CATALOG if bug.name in ("lookahead-unguarded", "publishes-at-reserve")],
+    ids=lambda bug: bug.name,
+)
+def test_the_suite_catches_the_bug_through_the_protocol(bug: KnownBug, tmp_path: Path) -> None:
+    """The same files, run through the stdio protocol client against a server that serves
+    the broken implementation (``python -m reference.protocol_server --impl ...``), fail
+    the same way: the wire neither hides a bug nor changes its message."""
+    server = f"{sys.executable} -m reference.protocol_server --impl {bug.spec}"
+    run = run_suite(
+        bug,
+        tmp_path,
+        spec="reference.protocol_client:implementation",
+        env={"HYCKPT_PROTOCOL_CMD": server},
+    )
+    assert_caught(bug, run)
 
 
 @pytest.mark.parametrize(
