@@ -188,6 +188,37 @@ def test_a_backend_that_reserves_without_writing_serves_garbage() -> None:
     assert counts["restore-mismatch"] > 0
 
 
+#: Six short conversations (seed 1): enough restores for every bug below to show.
+CATALOGUE_CHAT = {"seed": 1, "sessions": 6}
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        "bugs_storage_export:capture_skips_ring",
+        "late_exporter:implementation",
+        "bugs_storage_export:zero_keeps_conv_window",
+        "bugs_storage_export:exporter_zero_pads_window",
+    ],
+)
+def test_storage_and_exporter_bugs_of_the_catalogue_are_restore_mismatches(bug: str) -> None:
+    """Run as the engine's storage or exporter (``--backend external``), four bugs of
+    docs/CONFORMANCE.md's catalogue make restored requests diverge from a scratch
+    prefill, and the checker reports ``restore-mismatch``: rings not captured, a
+    checkpoint one token late, conv windows left in a reused batch slot (a later
+    checkpoint of that request is wrong), a zero-padded exported window. The reference
+    runs the same workload clean (next test)."""
+    config = dataclasses.replace(TINY, backend="external", impl=f"tests.impls.{bug}")
+    result = run_simulation(config, tiny_chat(**CATALOGUE_CHAT))
+    assert set(result.violation_counts) == {"restore-mismatch"}, result.violation_counts
+
+
+def test_the_catalogue_workload_runs_clean_on_the_reference() -> None:
+    config = dataclasses.replace(TINY, backend="external", impl="reference.impl:implementation")
+    result = run_simulation(config, tiny_chat(**CATALOGUE_CHAT))
+    assert result.ok and result.backend["exactness_checks"] > 0, result.violation_counts
+
+
 def test_external_backend_runs_any_implementation() -> None:
     config = dataclasses.replace(TINY, backend="external", impl="reference.impl:implementation")
     result = run_simulation(config, tiny_chat())
