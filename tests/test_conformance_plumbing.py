@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from tests.pytest_runs import run_pytest as run_pytest_process
 
-ROOT = Path(__file__).resolve().parent.parent
 BROKEN = "tests.impls.pin_ignoring:implementation"
 LATE_EXPORTER = "tests.impls.late_exporter:implementation"
 NO_OPTIONAL_FEATURES = "tests.impls.no_optional_features:implementation"
@@ -15,14 +11,7 @@ NO_OPTIONAL_FEATURES = "tests.impls.no_optional_features:implementation"
 
 def run_pytest(*args: str, env: dict[str, str] | None = None) -> str:
     """Run pytest in a subprocess (smoke profile, ``-rA``) and return its output."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HYPOTHESIS_PROFILE": "smoke", **(env or {})},
-    )
+    result = run_pytest_process("-rA", *args, env=env)
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 

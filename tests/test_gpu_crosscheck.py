@@ -53,6 +53,7 @@ from reference.impl import implementation as reference_implementation
 from reference.index import make_index
 from reference.state import LiveState
 from reference.storage import ReferenceStorage, bytes_per_slot
+from tests.pytest_runs import run_pytest
 from tests.test_storage import bits, poison, random_tensor, same_bits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1341,27 +1342,13 @@ def test_the_gpu_implementation_declares_the_reference_capabilities() -> None:
 def test_the_conformance_suite_passes_against_the_gpu_layer(request: pytest.FixtureRequest) -> None:
     """``pytest tests/test_storage.py tests/test_export.py tests/test_storage_stateful.py
     --impl gpu.impl:implementation``, with the fast ``smoke`` Hypothesis profile."""
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "smoke"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/test_storage.py",
-            "tests/test_export.py",
-            "tests/test_storage_stateful.py",
-            "--impl",
-            "gpu.impl:implementation",
-            f"--device={request.config.getoption('--device')}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_pytest(
+        "tests/test_storage.py",
+        "tests/test_export.py",
+        "tests/test_storage_stateful.py",
+        "--impl",
+        "gpu.impl:implementation",
+        f"--device={request.config.getoption('--device')}",
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]

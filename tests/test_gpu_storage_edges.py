@@ -186,6 +186,37 @@ def ids(*tensors: torch.Tensor) -> tuple[int, ...]:
     return tuple(id(t) for t in tensors)
 
 
+def assert_first_recurrent_upload(
+    log: list[tuple[object, ...]],
+    storage: GpuStorage,
+    live: LiveState,
+    copy: object,
+    after: object,
+    done: object,
+) -> object:
+    """``log`` is that of a recurrent batch call that uploads its descriptor table: wait
+    for ``after``, upload, record the upload's event and wait for it, keep the table,
+    slabs and live tensors alive, launch once and record ``done``, all on ``copy``.
+    Returns the upload's event."""
+    upload_event = log[2][2]
+    table = storage._descriptors[("recurrent",)].table
+    slabs = storage.slabs()["recurrent"]
+    assert log == [
+        ("wait", copy, after),
+        ("upload", copy),
+        ("record", copy, upload_event),
+        ("wait", copy, upload_event),
+        (
+            "keep",
+            copy,
+            ids(table, slabs["a"], slabs["b"], live.recurrent["a"], live.recurrent["b"]),
+        ),
+        ("launch", copy, 1),
+        ("record", copy, done),
+    ]
+    return upload_event
+
+
 # --- ordering on streams ----------------------------------------------------------------
 
 
@@ -201,23 +232,7 @@ def test_a_capture_waits_for_after_uploads_on_its_stream_and_returns_the_launch_
     storage = GpuStorage(live, 2, 2)
     copy, ready = FakeStream("copy"), FakeEvent(-1, FakeStream("producer"))
     done = storage.capture_recurrent_batch([1], [2], copy, after=ready)
-    log = streams.take()
-    upload_event = log[2][2]
-    table = storage._descriptors[("recurrent",)].table
-    slabs = storage.slabs()["recurrent"]
-    assert log == [
-        ("wait", copy, ready),
-        ("upload", copy),
-        ("record", copy, upload_event),
-        ("wait", copy, upload_event),
-        (
-            "keep",
-            copy,
-            ids(table, slabs["a"], slabs["b"], live.recurrent["a"], live.recurrent["b"]),
-        ),
-        ("launch", copy, 1),
-        ("record", copy, done),
-    ]
+    upload_event = assert_first_recurrent_upload(streams.take(), storage, live, copy, ready, done)
     assert done is not upload_event
     assert_bits(storage.slab("recurrent", "a")[1], live.recurrent["a"][2], "captured slot")
 
@@ -357,23 +372,7 @@ def test_a_new_tensor_object_at_the_same_address_rebuilds_the_table(streams: Str
     live.recurrent["a"] = old.view(old.shape)
     assert live.recurrent["a"].data_ptr() == old.data_ptr() and live.recurrent["a"] is not old
     done = storage.capture_recurrent_batch([1], [1], copy)
-    log = streams.take()
-    upload_event = log[2][2]
-    table = storage._descriptors[("recurrent",)].table
-    slabs = storage.slabs()["recurrent"]
-    assert log == [
-        ("wait", copy, None),
-        ("upload", copy),
-        ("record", copy, upload_event),
-        ("wait", copy, upload_event),
-        (
-            "keep",
-            copy,
-            ids(table, slabs["a"], slabs["b"], live.recurrent["a"], live.recurrent["b"]),
-        ),
-        ("launch", copy, 1),
-        ("record", copy, done),
-    ]
+    assert_first_recurrent_upload(streams.take(), storage, live, copy, None, done)
 
 
 def test_a_live_tensor_moved_in_place_is_read_at_its_new_address(device: torch.device) -> None:

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
+from tests.pytest_runs import run_pytest
 from tests.rules_report import SEMANTICS, RulesReport, rules_of
-
-ROOT = Path(__file__).resolve().parent.parent
 
 DOC = """\
 ## 1. Things
@@ -96,21 +92,10 @@ def test_a_rule_passes_when_one_case_skips_and_another_passes() -> None:
 
 
 def test_the_option_prints_the_verdicts() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--rules",
-            "tests/test_index.py::test_seed_returns_longest_match_above_replay",
-            "tests/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_pytest(
+        "--rules",
+        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
+        "tests/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +23,8 @@ from reference.loading import load_implementation
 from reference.vectors_replay import SessionTarget, replay_directory
 from tests.impls.bug_catalog import CATALOG, LAYERS
 from tests.impls.known_bug import KnownBug
+from tests.pytest_runs import ROOT, run_pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_DOC = ROOT / "docs" / "CONFORMANCE.md"
 
 
@@ -55,25 +54,8 @@ def run_suite(
     """Run ``bug.suite`` against ``bug.spec`` (or ``spec``) in a subprocess, as an engine
     author would; ``env`` adds environment variables."""
     junit = workdir / "junit.xml"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={junit}",
-            "--rules",
-            "--impl",
-            spec or bug.spec,
-            *bug.suite,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HYPOTHESIS_PROFILE": "smoke", **(env or {})},
+    result = run_pytest(
+        f"--junitxml={junit}", "--rules", "--impl", spec or bug.spec, *bug.suite, env=env
     )
     failed: dict[str, str] = {}
     if junit.is_file():

@@ -30,7 +30,7 @@ from reference.hashing import _TOKEN_BYTES, HashedPrompt, root_digest
 from reference.impl import implementation as reference_implementation
 from reference.index import ReferenceIndex
 from tests.impls.factories import index_factory
-from tests.impls.known_bug import KnownBug
+from tests.impls.known_bug import KnownBug, known_bug
 
 MODULE = __name__
 
@@ -355,10 +355,11 @@ def invalidate_ignores_pins() -> Implementation:
     return _with_index("invalidate-ignores-pins", InvalidateIgnoresPins)
 
 
-def _bug(name: str, layer: str, rule: str, story: str, **expected: Any) -> KnownBug:
-    suite = ("tests/test_placement.py",) if layer == "placement" else ("tests/test_index.py",)
-    return KnownBug(
-        name, layer, rule, story, f"{MODULE}:{name.replace('-', '_')}", suite, **expected
+def _bug(
+    name: str, layer: str, rule: str, story: str, caught_by: tuple[str, ...], message: str
+) -> KnownBug:
+    return known_bug(
+        name, layer, rule, story, f"{MODULE}:{name.replace('-', '_')}", caught_by, message
     )
 
 
@@ -411,36 +412,30 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         message="holds no vllm-align checkpoint",
     ),
-    dataclasses.replace(
-        _bug(
-            "publishes-at-reserve",
-            "index",
-            "R2",
-            "Makes a key visible when its slot is reserved instead of when the write "
-            "completes, so a concurrent request restores a slot nobody has written yet "
-            "(uninitialized or stale state served).",
-            caught_by=(
-                "tests/test_index.py::test_lookup_never_returns_an_unpublished_entry",
-                DICTIONARY_MODEL,
-            ),
-            message="nothing may be visible before the write completes",
+    _bug(
+        "publishes-at-reserve",
+        "index",
+        "R2",
+        "Makes a key visible when its slot is reserved instead of when the write "
+        "completes, so a concurrent request restores a slot nobody has written yet "
+        "(uninitialized or stale state served).",
+        caught_by=(
+            "tests/test_index.py::test_lookup_never_returns_an_unpublished_entry",
+            DICTIONARY_MODEL,
         ),
-        suite=("tests/test_index.py", STATEFUL),
+        message="nothing may be visible before the write completes",
     ),
-    dataclasses.replace(
-        _bug(
-            "abort-leaks-slot",
-            "index",
-            "R4",
-            "Hides an aborted key but never frees its slot, so every failed capture shrinks "
-            "the pool until reserve can only answer NoSlot.",
-            caught_by=(
-                "tests/test_index.py::test_abort_returns_the_slot_and_hides_the_key",
-                DICTIONARY_MODEL,
-            ),
-            message="abort must return the slot to the free list",
+    _bug(
+        "abort-leaks-slot",
+        "index",
+        "R4",
+        "Hides an aborted key but never frees its slot, so every failed capture shrinks "
+        "the pool until reserve can only answer NoSlot.",
+        caught_by=(
+            "tests/test_index.py::test_abort_returns_the_slot_and_hides_the_key",
+            DICTIONARY_MODEL,
         ),
-        suite=("tests/test_index.py", STATEFUL),
+        message="abort must return the slot to the free list",
     ),
     _bug(
         "rewrites-published",

@@ -19,7 +19,7 @@ from reference.export import ReferenceExporter, RowCheckpoint, plan_export, writ
 from reference.impl import implementation as reference_implementation
 from reference.state import LiveState
 from reference.storage import DRAFT_KV, KV, RECURRENT, ReferenceStorage, _PartialCapture
-from tests.impls.known_bug import KnownBug
+from tests.impls.known_bug import KnownBug, known_bug
 
 MODULE = __name__
 
@@ -333,36 +333,21 @@ STATEFUL = "tests/test_storage_stateful.py"
 EXPORT = "tests/test_export.py"
 
 
-def _storage_bug(
+def _bug(
     factory: Callable[[], Implementation],
+    layer: str,
     rule: str,
     story: str,
     caught_by: tuple[str, ...],
     message: str,
 ) -> KnownBug:
-    """An entry of the storage layer; its suite is the files of ``caught_by``."""
-    suite = tuple(dict.fromkeys(test.split("::")[0] for test in caught_by))
-    return KnownBug(
-        factory().name, "storage", rule, story, _spec(factory), suite, caught_by, message
-    )
-
-
-def _exporter_bug(
-    factory: Callable[[], Implementation],
-    rule: str,
-    story: str,
-    caught_by: tuple[str, ...],
-    message: str,
-) -> KnownBug:
-    """An entry of the exporter layer; its suite is ``tests/test_export.py``."""
-    return KnownBug(
-        factory().name, "exporter", rule, story, _spec(factory), (EXPORT,), caught_by, message
-    )
+    return known_bug(factory().name, layer, rule, story, _spec(factory), caught_by, message)
 
 
 BUGS: tuple[KnownBug, ...] = (
-    _storage_bug(
+    _bug(
         bytes_forget_draft_pages,
+        "storage",
         "ST2",
         "Reports the bytes of a partial-KV slot without its paired draft pages, so a pool "
         "sized from a byte budget holds more slots than the budget pays for and runs out of "
@@ -373,8 +358,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "a pool sized from it would not fit",
     ),
-    _storage_bug(
+    _bug(
         capture_skips_ring,
+        "storage",
         "ST3",
         "Captures conv windows and SSM states but not the sliding-window rings of the "
         "recurrent axis, so a restored request attends over the keys and values its batch "
@@ -385,8 +371,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "copy every recurrent tensor (conv windows, states, sliding-window rings)",
     ),
-    _storage_bug(
+    _bug(
         storage_ignores_strides,
+        "storage",
         "ST3",
         "Addresses the live recurrent pools as if they were contiguous, so with pools that "
         "are views into a larger, padded cache buffer it captures and restores other "
@@ -394,8 +381,9 @@ BUGS: tuple[KnownBug, ...] = (
         (f"{STORAGE}::test_strided_live_tensors_are_copied_element_by_element",),
         "did not take the elements of the strided view",
     ),
-    _storage_bug(
+    _bug(
         storage_keeps_old_pools,
+        "storage",
         "ST3",
         "Keeps copying to and from the pool tensors it was built with, so after the engine "
         "reallocates its caches, captures read and restores write memory the live state no "
@@ -403,8 +391,9 @@ BUGS: tuple[KnownBug, ...] = (
         (f"{STORAGE}::test_a_live_tensor_replaced_by_one_of_the_same_layout_is_used",),
         "from a tensor the live state no longer holds",
     ),
-    _storage_bug(
+    _bug(
         zero_keeps_conv_window,
+        "storage",
         "ST4",
         "Resets a batch slot for a request without a prefix by zeroing its SSM states but "
         "not its conv windows, so the request's first tokens are convolved with the "
@@ -412,8 +401,9 @@ BUGS: tuple[KnownBug, ...] = (
         (f"{STORAGE}::test_zero_recurrent_zeroes_one_batch_slot",),
         "conv windows included: the state of an empty prefix",
     ),
-    _storage_bug(
+    _bug(
         partial_restore_whole_page,
+        "storage",
         "ST6",
         "Restores a partial page by copying all B rows of the slot, overwriting rows >= "
         "valid of the destination page, which may already hold the new request's keys "
@@ -424,8 +414,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "wrote rows >= valid of the destination page",
     ),
-    _storage_bug(
+    _bug(
         partial_capture_drops_last_row,
+        "storage",
         "ST6",
         "Captures rows [0, valid - 1) of a partial page but records valid rows, so a "
         "restored request lacks the keys and values of the token just before the checkpoint.",
@@ -435,8 +426,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "a capture copies every row below valid",
     ),
-    _storage_bug(
+    _bug(
         valid_clamped,
+        "storage",
         "ST7",
         "Clamps a row count outside [0, B] into range instead of raising ValidRowsError, "
         "so a caller's wrong p mod B goes unnoticed and a page of the wrong length is stored.",
@@ -446,8 +438,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "DID NOT RAISE ValidRowsError",
     ),
-    _storage_bug(
+    _bug(
         paired_restore_skips_draft,
+        "storage",
         "ST8",
         "Restores the base page of a paired partial-KV slot but not its draft page, so the "
         "draft head reads another request's keys and values and fewer of its proposals "
@@ -458,8 +451,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "a paired restore did not write rows [0, 3) of its draft page",
     ),
-    _storage_bug(
+    _bug(
         restore_never_captured,
+        "storage",
         "ST12",
         "Restores a recurrent slot that was never captured (a lost or aborted write) "
         "without an error, so the request continues from zeros or a stale checkpoint.",
@@ -470,8 +464,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "DID NOT RAISE NeverCapturedError",
     ),
-    _storage_bug(
+    _bug(
         rejected_call_half_writes,
+        "storage",
         "ST13",
         "Checks the draft page of a paired restore only after it copied the base page, so "
         "a call rejected with SlotOutOfRangeError has already overwritten the base page.",
@@ -481,8 +476,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "a rejected call (or one that copies nothing) must write nothing",
     ),
-    _exporter_bug(
+    _bug(
         exporter_null_destination_wraps,
+        "exporter",
         "EX1",
         "Also writes rows whose destination is -1, into the last slot (Python's negative "
         "indexing), overwriting whichever checkpoint lives there.",
@@ -492,8 +488,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "(-1 is not the last slot)",
     ),
-    _exporter_bug(
+    _bug(
         exporter_zero_pads_window,
+        "exporter",
         "EX2",
         "Zero-fills the conv window's columns from before the chunk instead of taking them "
         "from the row's initial window, so a checkpoint within d_conv - 1 tokens of a "
@@ -504,8 +501,9 @@ BUGS: tuple[KnownBug, ...] = (
         ),
         "it must take initial columns 1 and 2",
     ),
-    _exporter_bug(
+    _bug(
         exporter_ignores_strides,
+        "exporter",
         "EX2",
         "Reads the raw conv inputs as if they were a contiguous [tokens, conv_dim] tensor, "
         "so with inputs that are a strided slice of the input projection it exports conv "
@@ -513,8 +511,9 @@ BUGS: tuple[KnownBug, ...] = (
         (f"{EXPORT}::test_strided_arguments_are_read_and_written_element_by_element",),
         "conv windows differ from the naive construction",
     ),
-    _exporter_bug(
+    _bug(
         exporter_ignores_recurrent_rows,
+        "exporter",
         "EX3",
         "Writes row i's emitted state even when recurrent_rows says another row of "
         "emitted_states holds it, so checkpoints carry another request's recurrent state.",

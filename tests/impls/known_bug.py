@@ -37,3 +37,17 @@ class KnownBug:
     suite: tuple[str, ...]
     caught_by: tuple[str, ...]
     message: str
+
+
+def known_bug(
+    name: str,
+    layer: str,
+    rule: str,
+    story: str,
+    spec: str,
+    caught_by: tuple[str, ...],
+    message: str,
+) -> KnownBug:
+    """A :class:`KnownBug` whose suite is the files of ``caught_by``, in order."""
+    suite = tuple(dict.fromkeys(test.split("::")[0] for test in caught_by))
+    return KnownBug(name, layer, rule, story, spec, suite, caught_by, message)
