@@ -19,8 +19,13 @@
 3. **Request C** prefills B's prompt from scratch in a fresh state.
 
 :func:`mismatches` lists every way B differs from C bitwise (``torch.equal``): logits,
-every recurrent tensor, every KV and draft KV row; and whether A's shared pages were
-written.
+every recurrent tensor, every KV and draft KV row; whether A's shared pages were written;
+and whether a snapshot slot no checkpoint used was (the storage has two recurrent slots,
+the index one).
+
+``Case.layout`` plays the buffer habits of real engines on top
+(:mod:`reference.engine_layout`): padded pools, reallocation, exporter calls shared with
+rows that have no checkpoint, sliced inputs.
 
 Every piece of the implementation under test is used: its index, its storage and its
 exporter; nothing of the reference is substituted. :func:`missing` says what a case needs
@@ -31,6 +36,7 @@ feature, so a test can skip it with the reason (DESIGN §8).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.api import Implementation, PrefillExporter, Reservation, SnapshotStorage
+from reference.engine_layout import CLEAN, EngineLayout, export_batch, pad_pools, reallocate
 from reference.errors import CapabilityMissingError, SlotStateError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -63,6 +70,8 @@ class Case:
     p: int
     suffix: tuple[int, ...]
     chunk_b: int
+    #: The engine habits played (:mod:`reference.engine_layout`); all off by default.
+    layout: EngineLayout = CLEAN
 
     @property
     def prompt_b(self) -> list[int]:
@@ -115,6 +124,8 @@ class Outcome:
     kv_rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
     shared_pages_unchanged: bool
     exporter_matches_capture: bool | None  # None when p ended a chunk
+    #: Snapshot slots no checkpoint used whose recurrent slabs changed (by slot number).
+    unused_slots_written: list[int] = dataclasses.field(default_factory=list)
 
 
 def rows(pages: torch.Tensor, table: list[int], count: int) -> torch.Tensor:
@@ -142,26 +153,38 @@ def store_checkpoint(
 
     ``exporter`` is the implementation's; it is needed only when ``p`` is inside the chunk.
     """
-    start, end = chunk
+    start = chunk[0]
     if result_emitted is None:  # p ends the chunk: the live state *is* the checkpoint
         storage.capture_recurrent(snap, 0)
         return
     if exporter is None:
         raise CapabilityMissingError(f"p={case.p} is inside a chunk and needs an exporter")
-    offset = torch.tensor([case.p - start])
     for name in live.recurrent:
         layer, part = name.split(".")
         if part == "conv":
             state_name = next(n for n in live.recurrent if n.startswith(f"{layer}.") and n != name)
+            batch = export_batch(
+                case.layout,
+                raw_inputs[layer],
+                initial_conv[name],
+                result_emitted[state_name],
+                offset=case.p - start,
+                destination=snap,
+                seed=case.p,
+            )
+            optional = (
+                {} if batch.recurrent_rows is None else {"recurrent_rows": batch.recurrent_rows}
+            )
             exporter.export(
-                raw_inputs=raw_inputs[layer],
-                cu_seqlens=torch.tensor([0, end - start]),
-                initial_conv=initial_conv[name][None],
-                emitted_states=result_emitted[state_name][None],
-                offsets=offset,
-                destinations=torch.tensor([snap]),
+                raw_inputs=batch.raw_inputs,
+                cu_seqlens=batch.cu_seqlens,
+                initial_conv=batch.initial_conv,
+                emitted_states=batch.emitted_states,
+                offsets=batch.offsets,
+                destinations=batch.destinations,
                 conv_slab=storage.slab("recurrent", name),
                 state_slab=storage.slab("recurrent", state_name),
+                **optional,
             )
         elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
             storage.slab("recurrent", name)[snap].copy_(result_emitted[name])
@@ -182,8 +205,15 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
     prompt_a, prompt_b = list(case.prompt_a), case.prompt_b
     pages_per_seq = -(-max(len(prompt_a), len(prompt_b)) // block)
     live = model.new_state(3, 2 * pages_per_seq + 1, block)
+    if case.layout.padded_pools:
+        pad_pools(live)
     hidden_dim = model.config.d_model if case.draft else 0
+    # One index slot, two recurrent storage slots: slot 1 is never a checkpoint's, and
+    # must still hold its first bits at the end.
     storage = impl.make_storage(live, 2, 1, boundary_hidden_dim=hidden_dim)
+    unused_before = {name: _bits(storage.slab("recurrent", name)[1:]) for name in live.recurrent}
+    if case.layout.reallocation:
+        reallocate(live, case.layout)
     exporter = impl.make_exporter() if case.uses_exporter and impl.make_exporter else None
     index = impl.make_index(1, hash_unit=1)
     pins = "pin" in impl.capabilities
@@ -244,6 +274,8 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         for group in (live.kv_pages, live.draft_kv_pages)
         for name, pages in group.items()
     }
+    if case.layout.reallocation:
+        reallocate(live, case.layout)
 
     # --- request B: lookup, pin, restore into slot 2 and new pages, continue --------------
     hit = index.lookup(NAMESPACE, prompt_b, 0, len(prompt_b) - 1)
@@ -318,12 +350,28 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
             for name, pages in group.items()
         ),
         exporter_matches_capture=exporter_matches,
+        unused_slots_written=sorted(
+            {
+                1 + slot
+                for name, before in unused_before.items()
+                for slot in range(before.shape[0])
+                if not torch.equal(_bits(storage.slab("recurrent", name)[1 + slot]), before[slot])
+            }
+        ),
     )
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``tensor``, so that comparing them holds for NaN too (a slab's first
+    contents are whatever its allocator left)."""
+    return tensor.contiguous().view(torch.uint8).clone()
 
 
 def mismatches(outcome: Outcome, case: Case) -> list[str]:
     """Every way restored request B differs from scratch request C; empty when exact."""
     where = f"layers={case.layers} draft={case.draft} B={case.block} p={case.p}"
+    if case.layout != CLEAN:
+        where += f" engine layout {case.layout}"
     found = []
     restored, scratch = outcome.logits
     if not torch.equal(restored, scratch):
@@ -342,4 +390,8 @@ def mismatches(outcome: Outcome, case: Case) -> list[str]:
         found.append(f"a shared full page was written in place ({where})")
     if outcome.exporter_matches_capture is False:
         found.append(f"the exporter's slot differs from a capture after [0, p) ({where})")
+    found += [
+        f"snapshot slot {slot}, which no checkpoint used, was written ({where})"
+        for slot in outcome.unused_slots_written
+    ]
     return found

@@ -1,7 +1,10 @@
 """DESIGN §6 end to end, through :func:`reference.exactness.play`.
 
 Random cases: every placement policy picks ``p`` in a randomly chunked prefill, ``p mod B``
-zero and non-zero, with and without a draft head, stored by capture or by the exporter.
+zero and non-zero, with and without a draft head, stored by capture or by the exporter,
+with any mix of the buffer habits of real engines (:mod:`reference.engine_layout`: padded
+pools, reallocation, exporter calls shared with rows that have no checkpoint, sliced
+inputs).
 The negative tests show the same harness fails when a piece of the checkpoint is left
 out or is off by one.
 
@@ -15,6 +18,7 @@ exporter it stores every checkpoint by a capture at a chunk end.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -23,6 +27,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from reference.api import Implementation, PrefillChunk
+from reference.engine_layout import EngineLayout
 from reference.exactness import VOCAB, Case, Corruption, mismatches, missing, model_for, play
 from reference.state import LiveState
 from tests.conftest import require
@@ -86,7 +91,18 @@ def cases(draw: st.DrawFn, impl: Implementation, draft: bool) -> tuple[Case, str
         chunks = tuple(itertools.pairwise(sorted({*bounds, p})))
     suffix = draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12), label="B suffix")
     chunk_b = draw(st.integers(1, 12), label="chunk size of B")
-    return Case(layers, draft, block, tuple(prompt_a), chunks, p, tuple(suffix), chunk_b), name
+    layout = draw(engine_layouts, label="engine layout")
+    case = Case(layers, draft, block, tuple(prompt_a), chunks, p, tuple(suffix), chunk_b, layout)
+    return case, name
+
+
+engine_layouts = st.builds(
+    EngineLayout,
+    padded_pools=st.booleans(),
+    reallocation=st.booleans(),
+    shared_export=st.booleans(),
+    sliced_inputs=st.booleans(),
+)
 
 
 def check_property(impl: Implementation, data: st.DataObject, draft: bool) -> None:
@@ -165,6 +181,34 @@ def test_a_reused_batch_slot_reset_by_zero_recurrent_prefills_like_a_fresh_one(
         assert torch.equal(tensor[0], fresh_state.recurrent[name][0]), (
             f"recurrent {name} after the prefill differs from a fresh state's"
         )
+
+
+#: Each habit alone, then all of them.
+LAYOUTS = {
+    **{
+        habit.name: EngineLayout(**{habit.name: True}) for habit in dataclasses.fields(EngineLayout)
+    },
+    "every-habit": EngineLayout.every(),
+}
+#: p inside a chunk (stored by the exporter) and at a chunk end (by a capture).
+STORED_BY = {"exporter": ((0, 13), (13, 20)), "capture": ((0, 10), (10, 20))}
+
+
+@pytest.mark.parametrize("draft", [False, True], ids=["no-draft", "draft"])
+@pytest.mark.parametrize("stored_by", STORED_BY)
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_engine_buffer_habits_keep_restores_exact(
+    impl: Implementation, layout: EngineLayout, stored_by: str, draft: bool
+) -> None:
+    """Live pools that are views into a padded buffer, pools reallocated before the first
+    request and between the two, exporter calls shared with rows that have no checkpoint
+    (destination -1, states picked by ``recurrent_rows``, graph padding after the last
+    row), raw inputs sliced out of a wider projection: the restore is still exact, and
+    the snapshot slot no checkpoint used keeps its bits (ST3, EX1-EX3, EX5)."""
+    prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
+    case = Case(ALL_KINDS, draft, 4, prompt, STORED_BY[stored_by], 10, (1, 7, 9, 11, 2), 3, layout)
+    require_case(impl, case)
+    assert mismatches(play(impl, case), case) == []
 
 
 # --- the same harness fails when the checkpoint is incomplete ----------------------------

@@ -2,11 +2,12 @@
 
 :mod:`reference.exactness` compares restored request B with scratch request C bitwise. These
 tests perturb exactly one element by one ulp (``torch.nextafter``) at one place -- a logits
-row, one recurrent tensor, one KV or draft KV row, a shared full page, the exporter's slot --
-after B's last prefill chunk (so nothing else changes), and assert that :func:`mismatches`
-names exactly that place. A harness that compared fewer positions, fewer tensors, only
-shapes, or with a tolerance would miss them. They also check that B is restored into fresh
-pages, so a restore that skips the partial page cannot be hidden by A's leftovers.
+row, one recurrent tensor, one KV or draft KV row, a shared full page, the exporter's slot,
+a snapshot slot no checkpoint used -- after B's last prefill chunk (so nothing else
+changes), and assert that :func:`mismatches` names exactly that place. A harness that
+compared fewer positions, fewer tensors, only shapes, or with a tolerance would miss them.
+They also check that B is restored into fresh pages, so a restore that skips the partial
+page cannot be hidden by A's leftovers.
 """
 
 from __future__ import annotations
@@ -228,6 +229,33 @@ def test_an_exporter_one_ulp_off_is_reported(impl: Implementation, slab: str) ->
     assert outcome.exporter_matches_capture is False
     found = mismatches(outcome, EXPORTED)
     assert f"the exporter's slot differs from a capture after [0, p) ({where(EXPORTED)})" in found
+
+
+class WritesTheUnusedSlot:
+    """Delegates to a real exporter, then bumps slot 1 of the slab, which the harness's
+    one-slot index never hands out."""
+
+    def __init__(self, inner: PrefillExporter, slab: str) -> None:
+        self.inner, self.slab = inner, slab
+
+    def export(self, **kwargs: Any) -> None:
+        self.inner.export(**kwargs)
+        bump(kwargs[f"{self.slab}_slab"][1])
+
+
+@pytest.mark.parametrize("slab", ["conv", "state"])
+def test_a_write_to_a_slot_no_checkpoint_used_is_reported(impl: Implementation, slab: str) -> None:
+    """An exporter that writes a row without a checkpoint somewhere (a -1 destination read
+    as the last slot) changes a snapshot slot nobody reserved: one ulp of it is reported,
+    and nothing else (B's restore is exact)."""
+    require_case(impl, EXPORTED)
+    make = impl.make_exporter
+    assert make is not None
+    broken = dataclasses.replace(
+        impl, make_exporter=lambda: cast(PrefillExporter, WritesTheUnusedSlot(make(), slab))
+    )
+    found = mismatches(play(broken, EXPORTED), EXPORTED)
+    assert found == [f"snapshot slot 1, which no checkpoint used, was written ({where(EXPORTED)})"]
 
 
 def test_an_exact_exporter_is_reported_as_matching(impl: Implementation) -> None:

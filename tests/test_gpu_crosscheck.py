@@ -38,6 +38,7 @@ from gpu.export import GpuExporter, export_layers_to_storage
 from gpu.impl import implementation
 from gpu.storage import GpuStorage
 from reference.api import Implementation
+from reference.engine_layout import EngineLayout
 from reference.errors import (
     AxisNotConfiguredError,
     HyckptError,
@@ -48,12 +49,14 @@ from reference.errors import (
     SlotStateError,
     ValidRowsError,
 )
+from reference.exactness import VOCAB, Case, mismatches, play
 from reference.export import LayerExport, ReferenceExporter, export_to_storage
 from reference.impl import implementation as reference_implementation
 from reference.index import make_index
 from reference.state import LiveState
 from reference.storage import ReferenceStorage, bytes_per_slot
 from tests.pytest_runs import run_pytest
+from tests.test_exactness import ALL_KINDS, STORED_BY
 from tests.test_storage import bits, poison, random_tensor, same_bits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1329,6 +1332,21 @@ def test_the_kernel_compiles_for_hopper_without_a_gpu() -> None:
 
 
 # --- the conformance suite, unchanged, against the GPU layer ----------------------------
+
+
+@pytest.mark.parametrize("draft", [False, True], ids=["no-draft", "draft"])
+@pytest.mark.parametrize("stored_by", STORED_BY)
+def test_restores_through_the_gpu_layer_are_exact_with_every_engine_habit(
+    stored_by: str, draft: bool
+) -> None:
+    """The exactness harness end to end with the GPU layer's storage and exporter, with
+    padded pools, reallocation, shared exporter calls and sliced inputs at once
+    (``reference.engine_layout``). The tiny model runs on the CPU, so the kernels run
+    interpreted, with ``--device=cuda`` too."""
+    prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
+    chunks = STORED_BY[stored_by]
+    case = Case(ALL_KINDS, draft, 4, prompt, chunks, 10, (1, 7, 9, 11, 2), 3, EngineLayout.every())
+    assert mismatches(play(implementation(), case), case) == []
 
 
 def test_the_gpu_implementation_declares_the_reference_capabilities() -> None:

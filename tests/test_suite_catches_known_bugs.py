@@ -9,6 +9,7 @@ is listed for readers in ``docs/CONFORMANCE.md``, which must name every entry.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from reference.engine_layout import EngineLayout
+from reference.exactness import VOCAB, Case, mismatches, play
 from reference.loading import load_implementation
 from reference.vectors_replay import SessionTarget, replay_directory
 from tests.impls.bug_catalog import CATALOG, LAYERS
@@ -148,6 +151,44 @@ def test_the_json_vectors_catch_the_bug(bug: KnownBug) -> None:
     bug of the catalogue too (replayed in process here, the same cases)."""
     report = replay_directory(ROOT / "vectors", SessionTarget(load_implementation(bug.spec)))
     assert not report.ok, f"vectors/*.json replay clean on {bug.name}: {report.summary()}"
+
+
+#: Catalogue bugs that only an engine's buffers expose end to end, and the habit of
+#: :class:`~reference.engine_layout.EngineLayout` that does.
+BUFFER_BUGS = {
+    "storage-ignores-strides": "padded_pools",
+    "storage-keeps-old-pools": "reallocation",
+    "exporter-null-destination-wraps": "shared_export",
+    "exporter-ignores-recurrent-rows": "shared_export",
+    "exporter-ignores-strides": "sliced_inputs",
+}
+#: A draft head, p mod B != 0, stored by the exporter.
+HABIT_CASE = Case(
+    ("mamba2", "gdn", "swa", "attn"),
+    True,
+    4,
+    tuple((5 * i + 3) % VOCAB for i in range(20)),
+    ((0, 13), (13, 20)),
+    10,
+    (1, 7, 9, 11, 2),
+    3,
+)
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_BUGS))
+def test_the_exactness_harness_catches_buffer_bugs_with_the_engine_habit(name: str) -> None:
+    """End to end, not only in the unit tests: a clean harness (dense fresh tensors, one
+    sequence per exporter call) restores these bugs exactly, which is why the engine
+    habits exist; with the habit that exposes the bug, ``mismatches`` reports it."""
+    bug = next(bug for bug in CATALOG if bug.name == name)
+    impl = load_implementation(bug.spec)
+    assert mismatches(play(impl, HABIT_CASE), HABIT_CASE) == [], (
+        f"{name} is caught by the clean harness already; the habit is not what exposes it"
+    )
+    habit = dataclasses.replace(HABIT_CASE, layout=EngineLayout(**{BUFFER_BUGS[name]: True}))
+    assert mismatches(play(impl, habit), habit), (
+        f"{name} restored exactly with engine habit {BUFFER_BUGS[name]}"
+    )
 
 
 def test_catalogue_entries_are_well_formed() -> None:
