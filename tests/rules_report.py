@@ -7,6 +7,11 @@ run ends with one line per rule whose tests ran: ``FAILED`` (and which test fail
 
 A rule is a bullet that starts with a bold id (``- **ST6. ...**``); tests cited in a
 section outside such bullets belong to the section (``§1.2``).
+
+A parametrized test cited under several rules (a table of misuses, say) marks each case
+with the rules it checks, ``pytest.param(..., marks=rule("ST7", "ST12"))``: a failing
+case then breaks only those rules. A failing case without the mark breaks every rule
+that cites its test.
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ def rules_of(text: str) -> dict[str, Rule]:
     return rules
 
 
+def rule(*ids: str) -> pytest.MarkDecorator:
+    """Mark a parametrized case with the rules of docs/SEMANTICS.md it checks."""
+    return pytest.mark.rule(*ids)
+
+
 def _cites(rule: Rule, test: str) -> bool:
     """Whether ``rule`` cites ``test`` (a node id without parameters), or its whole file."""
     return test in rule.tests or test.split("::")[0] in rule.tests
@@ -74,12 +84,21 @@ class RulesReport:
     def __init__(self, rules: dict[str, Rule]) -> None:
         self.rules = rules
         self.outcomes: dict[str, set[str]] = defaultdict(set)
+        self.failed_cases: dict[str, list[str]] = defaultdict(list)  # test -> node ids
+        self.case_rules: dict[str, frozenset[str]] = {}  # node id -> its ``rule`` marks
+
+    @pytest.hookimpl
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        marked = frozenset(i for mark in item.iter_markers("rule") for i in mark.args)
+        if marked:
+            self.case_rules[item.nodeid] = marked
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         test = report.nodeid.split("[")[0]
         if report.failed:
             self.outcomes[test].add("failed")
+            self.failed_cases[test].append(report.nodeid)
         elif report.skipped:
             self.outcomes[test].add("skipped")
         elif report.when == "call":
@@ -92,7 +111,7 @@ class RulesReport:
             ran = [test for test in self.outcomes if _cites(rule, test)]
             if not ran:
                 continue
-            failed = [test for test in ran if "failed" in self.outcomes[test]]
+            failed = [test for test in ran if self._breaks(test, rule)]
             if failed:
                 verdict = "FAILED"
             elif all(self.outcomes[test] == {"skipped"} for test in ran):
@@ -101,6 +120,13 @@ class RulesReport:
                 verdict = "ok"
             found.append((rule, verdict, failed))
         return found
+
+    def _breaks(self, test: str, rule: Rule) -> bool:
+        """Whether a failed case of ``test`` checks ``rule`` (unmarked cases check all)."""
+        return any(
+            rule.id in self.case_rules.get(case, frozenset({rule.id}))
+            for case in self.failed_cases[test]
+        )
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -119,7 +145,10 @@ class RulesReport:
 
 
 def register(config: pytest.Config) -> None:
-    """Install the report when ``--rules`` was given."""
+    """Declare the ``rule`` mark; install the report when ``--rules`` was given."""
+    config.addinivalue_line(
+        "markers", "rule(*ids): the rules of docs/SEMANTICS.md a parametrized case checks"
+    )
     if config.getoption("--rules"):
         rules = rules_of(SEMANTICS.read_text(encoding="utf-8"))
         config.pluginmanager.register(RulesReport(rules), "hyckpt-rules-report")

@@ -31,6 +31,7 @@ from reference.engine_layout import EngineLayout
 from reference.exactness import VOCAB, Case, Corruption, mismatches, missing, model_for, play
 from reference.state import LiveState
 from tests.conftest import require
+from tests.rules_report import rule
 
 ALL_KINDS = ("mamba2", "gdn", "swa", "attn")
 PATTERNS = [ALL_KINDS, ("attn", "mamba2"), ("gdn", "swa", "attn"), ("swa", "attn")]
@@ -257,19 +258,22 @@ def test_the_harness_passes_on_the_uncorrupted_example(impl: Implementation, exa
     assert mismatches(play(impl, example), example) == []
 
 
+#: (id, corruption, what breaks, examples, rules the case checks besides X7)
 CORRUPTIONS = [
-    ("no-conv-window", zero_conv_windows, "logits", EXAMPLES),
-    ("conv-window-off-by-one", conv_windows_one_token_late, "logits", EXAMPLES),
-    ("no-sliding-window-ring", zero_ring, "logits", EXAMPLES),
-    ("stale-draft-row", stale_boundary_draft_row, "draft", {"draft-exporter": EXAMPLE}),
+    ("no-conv-window", zero_conv_windows, "logits", EXAMPLES, ()),
+    ("conv-window-off-by-one", conv_windows_one_token_late, "logits", EXAMPLES, ()),
+    ("no-sliding-window-ring", zero_ring, "logits", EXAMPLES, ()),
+    ("stale-draft-row", stale_boundary_draft_row, "draft", {"draft-exporter": EXAMPLE}, ("X5",)),
 ]
 
 
 @pytest.mark.parametrize(
     ("corrupt", "broken", "example"),
     [
-        pytest.param(corrupt, broken, example, id=f"{name}-{example_name}")
-        for name, corrupt, broken, examples in CORRUPTIONS
+        pytest.param(
+            corrupt, broken, example, id=f"{name}-{example_name}", marks=rule("X7", *rules)
+        )
+        for name, corrupt, broken, examples, rules in CORRUPTIONS
         for example_name, example in examples.items()
     ],
 )

@@ -46,6 +46,7 @@ from reference.eviction import FlopAwarePolicy, LruPolicy, SizeAwarePolicy
 from reference.hashing import HashedPrompt
 from reference.index import ReferenceIndex, capacity_for_budget
 from tests.conftest import require, require_eviction
+from tests.rules_report import rule
 
 MODEL = "model"
 PROMPT = list(range(64))
@@ -790,7 +791,16 @@ MISUSES: dict[str, Misuse] = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(MISUSES))
+def misuse_rules(misuse: Misuse) -> tuple[str, ...]:
+    """The rules a misuse case checks: S2 (typed error, index unchanged) always; R3 for
+    a reservation settled twice; P1 for pins."""
+    settled = misuse.error in (AlreadyPublishedError, AlreadyAbortedError)
+    return ("S2", *(("R3",) if settled else ()), *(("P1",) if "pin" in misuse.needs else ()))
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c, marks=rule(*misuse_rules(MISUSES[c]))) for c in sorted(MISUSES)]
+)
 def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, case: str) -> None:
     prepare, error, message, needs = MISUSES[case]
     for capability in needs:

@@ -91,6 +91,57 @@ def test_a_rule_passes_when_one_case_skips_and_another_passes() -> None:
     assert [(rule.id, verdict) for rule, verdict, _ in collected.verdicts()] == [("A2", "ok")]
 
 
+def test_a_failing_case_breaks_only_the_rules_it_is_marked_with() -> None:
+    """test_one and test_three are cited by one rule each here; a test cited by both A1
+    and A2 (as the misuse tables are by several rules) fails in a case marked A2 only."""
+    doc = DOC.replace(
+        "`tests/test_a.py::test_two`", "`tests/test_a.py::test_two`, `tests/test_c.py::test_t`"
+    )
+    doc = doc.replace(
+        "— `tests/test_a.py::test_three`",
+        "— `tests/test_a.py::test_three`, `tests/test_c.py::test_t`",
+    )
+    collected = RulesReport(rules_of(doc))
+    collected.case_rules = {"tests/test_c.py::test_t[x]": frozenset({"A2"})}
+    for nodeid, failed in [
+        ("tests/test_c.py::test_t[x]", True),
+        ("tests/test_c.py::test_t[y]", False),
+    ]:
+        collected.pytest_runtest_logreport(
+            SimpleNamespace(nodeid=nodeid, when="call", failed=failed, skipped=False)  # type: ignore[arg-type]
+        )
+    verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
+    assert verdicts == {"A1": "ok", "A2": "FAILED"}
+    collected.case_rules = {}  # unmarked: the failure breaks every rule that cites the test
+    assert {verdict for _, verdict, _ in collected.verdicts()} == {"FAILED"}
+
+
+def test_the_rule_marks_of_the_misuse_tables_name_rules_that_cite_the_test() -> None:
+    """A mark naming a rule that does not cite its test would hide the failure."""
+    from tests import test_exactness, test_index, test_storage
+
+    rules = rules_of(SEMANTICS.read_text(encoding="utf-8"))
+    marked = {
+        "tests/test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing": {
+            r for misuse in test_index.MISUSES.values() for r in test_index.misuse_rules(misuse)
+        },
+        "tests/test_storage.py::test_misuse_raises_a_typed_error_and_changes_nothing": {
+            r
+            for _, error, _ in test_storage.MISUSE.values()
+            for r in test_storage.misuse_rules(error)
+        },
+        "tests/test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness": {
+            "X7",
+            *(r for *_, extra in test_exactness.CORRUPTIONS for r in extra),
+        },
+    }
+    for test, ids in marked.items():
+        citing = {rule.id for rule in rules.values() if test in rule.tests}
+        assert ids == citing, (
+            f"{test}: marks name {sorted(ids)}, SEMANTICS.md cites it under {sorted(citing)}"
+        )
+
+
 def test_the_option_prints_the_verdicts() -> None:
     result = run_pytest(
         "--rules",
@@ -103,3 +154,19 @@ def test_the_option_prints_the_verdicts() -> None:
     assert re.search(r"^L1 +ok +`lookup\(ns, prompt", result.stdout, re.M), result.stdout
     assert re.search(r"^L2 +ok ", result.stdout, re.M), result.stdout
     assert re.search(r"^0 of \d+ rules broken$", result.stdout, re.M), result.stdout
+
+
+def test_a_pin_bug_breaks_the_pin_rules_and_not_the_settlement_rule() -> None:
+    """The index misuse table is cited under R3, P1 and S2; an index that clamps
+    ``unpin`` below zero (a catalogue bug) fails its "unpin below zero" case, which
+    checks P1 and S2. R3 (a reservation settled once) is not reported broken."""
+    result = run_pytest(
+        "--rules",
+        "--impl",
+        "tests.impls.bugs_placement_index:unpin_clamps",
+        "tests/test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing",
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped) ", result.stdout, re.M))
+    assert verdicts == {"R3": "ok", "P1": "FAILED", "S2": "FAILED"}, result.stdout[-3000:]

@@ -31,6 +31,7 @@ from reference.index import capacity_for_budget
 from reference.state import LiveState
 from reference.storage import bytes_per_slot
 from tests.conftest import require
+from tests.rules_report import rule
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16)
 #: Integer dtype of the same width, to compare floats bit for bit.
@@ -881,7 +882,15 @@ def _prepared(impl: Implementation) -> tuple[SnapshotStorage, LiveState, torch.T
     return storage, live, hidden
 
 
-@pytest.mark.parametrize("case", list(MISUSE))
+def misuse_rules(error: type[HyckptError]) -> tuple[str, ...]:
+    """The rules a misuse case checks: ST12 (typed error) and ST13 (nothing changed)
+    always; ST7 for a ``valid`` out of range."""
+    return ("ST12", "ST13", *(("ST7",) if error is ValidRowsError else ()))
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c, marks=rule(*misuse_rules(MISUSE[c][1]))) for c in MISUSE]
+)
 def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, case: str) -> None:
     call, error, words = MISUSE[case]
     for capability in needs(call):
