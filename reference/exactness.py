@@ -23,8 +23,8 @@ every recurrent tensor, every KV and draft KV row; whether A's shared pages were
 and whether a snapshot slot no checkpoint used was (the storage has two recurrent slots,
 the index one).
 
-``Case.layout`` plays the buffer habits of real engines on top
-(:mod:`reference.engine_layout`): padded pools, reallocation, exporter calls shared with
+``Case.habits`` plays the buffer habits of real engines on top
+(:mod:`reference.buffer_habits`): padded pools, reallocation, exporter calls shared with
 rows that have no checkpoint, sliced inputs.
 
 Every piece of the implementation under test is used: its index, its storage and its
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.api import Implementation, PrefillExporter, Reservation, SnapshotStorage
-from reference.engine_layout import CLEAN, EngineLayout, export_batch, pad_pools, reallocate
+from reference.buffer_habits import CLEAN, BufferHabits, export_batch, pad_pools, reallocate
 from reference.errors import CapabilityMissingError, SlotStateError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -70,8 +70,8 @@ class Case:
     p: int
     suffix: tuple[int, ...]
     chunk_b: int
-    #: The engine habits played (:mod:`reference.engine_layout`); all off by default.
-    layout: EngineLayout = CLEAN
+    #: The engine habits played (:mod:`reference.buffer_habits`); all off by default.
+    habits: BufferHabits = CLEAN
 
     @property
     def prompt_b(self) -> list[int]:
@@ -164,7 +164,7 @@ def store_checkpoint(
         if part == "conv":
             state_name = next(n for n in live.recurrent if n.startswith(f"{layer}.") and n != name)
             batch = export_batch(
-                case.layout,
+                case.habits,
                 raw_inputs[layer],
                 initial_conv[name],
                 result_emitted[state_name],
@@ -205,15 +205,15 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
     prompt_a, prompt_b = list(case.prompt_a), case.prompt_b
     pages_per_seq = -(-max(len(prompt_a), len(prompt_b)) // block)
     live = model.new_state(3, 2 * pages_per_seq + 1, block)
-    if case.layout.padded_pools:
+    if case.habits.padded_pools:
         pad_pools(live)
     hidden_dim = model.config.d_model if case.draft else 0
     # One index slot, two recurrent storage slots: slot 1 is never a checkpoint's, and
     # must still hold its first bits at the end.
     storage = impl.make_storage(live, 2, 1, boundary_hidden_dim=hidden_dim)
     unused_before = {name: _bits(storage.slab("recurrent", name)[1:]) for name in live.recurrent}
-    if case.layout.reallocation:
-        reallocate(live, case.layout)
+    if case.habits.reallocation:
+        reallocate(live, case.habits)
     exporter = impl.make_exporter() if case.uses_exporter and impl.make_exporter else None
     index = impl.make_index(1, hash_unit=1)
     pins = "pin" in impl.capabilities
@@ -274,8 +274,8 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         for group in (live.kv_pages, live.draft_kv_pages)
         for name, pages in group.items()
     }
-    if case.layout.reallocation:
-        reallocate(live, case.layout)
+    if case.habits.reallocation:
+        reallocate(live, case.habits)
 
     # --- request B: lookup, pin, restore into slot 2 and new pages, continue --------------
     hit = index.lookup(NAMESPACE, prompt_b, 0, len(prompt_b) - 1)
@@ -370,8 +370,8 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 def mismatches(outcome: Outcome, case: Case) -> list[str]:
     """Every way restored request B differs from scratch request C; empty when exact."""
     where = f"layers={case.layers} draft={case.draft} B={case.block} p={case.p}"
-    if case.layout != CLEAN:
-        where += f" engine layout {case.layout}"
+    if case.habits != CLEAN:
+        where += f" buffer habits {case.habits}"
     found = []
     restored, scratch = outcome.logits
     if not torch.equal(restored, scratch):

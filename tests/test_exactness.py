@@ -2,7 +2,7 @@
 
 Random cases: every placement policy picks ``p`` in a randomly chunked prefill, ``p mod B``
 zero and non-zero, with and without a draft head, stored by capture or by the exporter,
-with any mix of the buffer habits of real engines (:mod:`reference.engine_layout`: padded
+with any mix of the buffer habits of real engines (:mod:`reference.buffer_habits`: padded
 pools, reallocation, exporter calls shared with rows that have no checkpoint, sliced
 inputs).
 The negative tests show the same harness fails when a piece of the checkpoint is left
@@ -27,7 +27,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from reference.api import Implementation, PrefillChunk
-from reference.engine_layout import EngineLayout
+from reference.buffer_habits import BufferHabits
 from reference.exactness import VOCAB, Case, Corruption, mismatches, missing, model_for, play
 from reference.state import LiveState
 from tests.conftest import require
@@ -92,13 +92,13 @@ def cases(draw: st.DrawFn, impl: Implementation, draft: bool) -> tuple[Case, str
         chunks = tuple(itertools.pairwise(sorted({*bounds, p})))
     suffix = draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12), label="B suffix")
     chunk_b = draw(st.integers(1, 12), label="chunk size of B")
-    layout = draw(engine_layouts, label="engine layout")
-    case = Case(layers, draft, block, tuple(prompt_a), chunks, p, tuple(suffix), chunk_b, layout)
+    habits = draw(buffer_habits, label="buffer habits")
+    case = Case(layers, draft, block, tuple(prompt_a), chunks, p, tuple(suffix), chunk_b, habits)
     return case, name
 
 
-engine_layouts = st.builds(
-    EngineLayout,
+buffer_habits = st.builds(
+    BufferHabits,
     padded_pools=st.booleans(),
     reallocation=st.booleans(),
     shared_export=st.booleans(),
@@ -185,11 +185,11 @@ def test_a_reused_batch_slot_reset_by_zero_recurrent_prefills_like_a_fresh_one(
 
 
 #: Each habit alone, then all of them.
-LAYOUTS = {
+HABITS = {
     **{
-        habit.name: EngineLayout(**{habit.name: True}) for habit in dataclasses.fields(EngineLayout)
+        habit.name: BufferHabits(**{habit.name: True}) for habit in dataclasses.fields(BufferHabits)
     },
-    "every-habit": EngineLayout.every(),
+    "every-habit": BufferHabits.every(),
 }
 #: p inside a chunk (stored by the exporter) and at a chunk end (by a capture).
 STORED_BY = {"exporter": ((0, 13), (13, 20)), "capture": ((0, 10), (10, 20))}
@@ -197,9 +197,9 @@ STORED_BY = {"exporter": ((0, 13), (13, 20)), "capture": ((0, 10), (10, 20))}
 
 @pytest.mark.parametrize("draft", [False, True], ids=["no-draft", "draft"])
 @pytest.mark.parametrize("stored_by", STORED_BY)
-@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("habits", HABITS.values(), ids=HABITS.keys())
 def test_engine_buffer_habits_keep_restores_exact(
-    impl: Implementation, layout: EngineLayout, stored_by: str, draft: bool
+    impl: Implementation, habits: BufferHabits, stored_by: str, draft: bool
 ) -> None:
     """Live pools that are views into a padded buffer, pools reallocated before the first
     request and between the two, exporter calls shared with rows that have no checkpoint
@@ -207,7 +207,7 @@ def test_engine_buffer_habits_keep_restores_exact(
     row), raw inputs sliced out of a wider projection: the restore is still exact, and
     the snapshot slot no checkpoint used keeps its bits (ST3, EX1-EX3, EX5)."""
     prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
-    case = Case(ALL_KINDS, draft, 4, prompt, STORED_BY[stored_by], 10, (1, 7, 9, 11, 2), 3, layout)
+    case = Case(ALL_KINDS, draft, 4, prompt, STORED_BY[stored_by], 10, (1, 7, 9, 11, 2), 3, habits)
     require_case(impl, case)
     assert mismatches(play(impl, case), case) == []
 

@@ -38,7 +38,7 @@ from gpu.export import GpuExporter, export_layers_to_storage
 from gpu.impl import implementation
 from gpu.storage import GpuStorage
 from reference.api import Implementation
-from reference.engine_layout import EngineLayout
+from reference.buffer_habits import BufferHabits
 from reference.errors import (
     AxisNotConfiguredError,
     HyckptError,
@@ -1341,11 +1341,11 @@ def test_restores_through_the_gpu_layer_are_exact_with_every_engine_habit(
 ) -> None:
     """The exactness harness end to end with the GPU layer's storage and exporter, with
     padded pools, reallocation, shared exporter calls and sliced inputs at once
-    (``reference.engine_layout``). The tiny model runs on the CPU, so the kernels run
+    (``reference.buffer_habits``). The tiny model runs on the CPU, so the kernels run
     interpreted, with ``--device=cuda`` too."""
     prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
     chunks = STORED_BY[stored_by]
-    case = Case(ALL_KINDS, draft, 4, prompt, chunks, 10, (1, 7, 9, 11, 2), 3, EngineLayout.every())
+    case = Case(ALL_KINDS, draft, 4, prompt, chunks, 10, (1, 7, 9, 11, 2), 3, BufferHabits.every())
     assert mismatches(play(implementation(), case), case) == []
 
 

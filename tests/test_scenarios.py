@@ -706,11 +706,17 @@ def test_a_minimal_file_takes_the_documented_defaults(tmp_path: Path) -> None:
     assert (config.placement, config.placement_params) == ("block-floor", {})
     assert (config.eviction, config.eviction_params) == ("lru", {})
     assert (config.backend, config.impl, config.check_exactness) == ("shadow", None, True)
+    assert config.buffer_habits == ()
     assert config.closed_loop is True
     assert config.faults == type(config.faults)()  # every fault off
     assert scenario.workload == WorkloadSpec("multi_turn_chat", 1, {}, None, "sessions")
     assert scenario.expect == {"max_lockstep_violations": 0}
     assert scenario.sweep_axes == {}
+
+
+HABITS_EXPECTED = (
+    "a list of distinct names among padded_pools, reallocation, shared_export, sliced_inputs"
+)
 
 
 @pytest.mark.parametrize(
@@ -722,6 +728,27 @@ def test_a_minimal_file_takes_the_documented_defaults(tmp_path: Path) -> None:
         ("[faults]\ncopy_delay_s = true", "faults.copy_delay_s", "a number in [0.0, 3600.0]"),
         ("[engine]\nfuse_decode_steps = 1", "engine.fuse_decode_steps", "true or false"),
         ("[backend]\ncheck_exactness = 0", "backend.check_exactness", "true or false"),
+        (
+            '[backend]\nname = "reference"\nbuffer_habits = "padded_pools"',
+            "backend.buffer_habits",
+            HABITS_EXPECTED,
+        ),
+        (
+            '[backend]\nname = "reference"\nbuffer_habits = ["reallocation", "reallocation"]',
+            "backend.buffer_habits",
+            HABITS_EXPECTED + " (each at most once)",
+        ),
+        (
+            '[backend]\nname = "reference"\nbuffer_habits = ["sliced_input"]',
+            "backend.buffer_habits",
+            HABITS_EXPECTED + "; did you mean 'sliced_inputs'?",
+        ),
+        (
+            '[backend]\nbuffer_habits = ["sliced_inputs"]',
+            "backend.buffer_habits",
+            "none with backend 'shadow', which has no tensors (buffer habits need backend "
+            "'reference', 'gpu' or 'external')",
+        ),
         ("[cache]\nblock_size = 16.0", "cache.block_size", "an integer >= 1 and <= 65536"),
         ('[backend]\nimpl = ""', "backend.impl", "a non-empty string"),
         ('[workload]\ntrace = ""', "workload.trace", "a non-empty string"),

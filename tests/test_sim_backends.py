@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from reference.api import Implementation
+from reference.buffer_habits import HABIT_NAMES
 from reference.errors import ImplementationLoadError, InvalidConfigError
 from reference.export import ReferenceExporter
 from reference.impl import implementation as reference_implementation
@@ -211,6 +212,43 @@ def test_storage_and_exporter_bugs_of_the_catalogue_are_restore_mismatches(bug: 
     config = dataclasses.replace(TINY, backend="external", impl=f"tests.impls.{bug}")
     result = run_simulation(config, tiny_chat(**CATALOGUE_CHAT))
     assert set(result.violation_counts) == {"restore-mismatch"}, result.violation_counts
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        "storage_ignores_strides",
+        "storage_keeps_old_pools",
+        "exporter_null_destination_wraps",
+        "exporter_ignores_recurrent_rows",
+        "exporter_ignores_strides",
+    ],
+)
+def test_buffer_bugs_of_the_catalogue_are_restore_mismatches_with_buffer_habits(
+    bug: str,
+) -> None:
+    """Five catalogue bugs run clean on the same workload with fresh dense tensors; with
+    the buffer habits of real engines (``buffer_habits``: padded and reallocated pools,
+    shared exporter calls, sliced inputs), each makes restores diverge. The -1 row
+    written to the last slot corrupts whatever checkpoint lives there."""
+    config = dataclasses.replace(
+        TINY,
+        backend="external",
+        impl=f"tests.impls.bugs_storage_export:{bug}",
+        buffer_habits=HABIT_NAMES,
+    )
+    result = run_simulation(config, tiny_chat(**CATALOGUE_CHAT))
+    assert set(result.violation_counts) == {"restore-mismatch"}, result.violation_counts
+
+
+def test_the_reference_plays_every_buffer_habit_clean() -> None:
+    config = dataclasses.replace(
+        TINY, backend="external", impl="reference.impl:implementation", buffer_habits=HABIT_NAMES
+    )
+    result = run_simulation(config, tiny_chat(**CATALOGUE_CHAT))
+    assert result.ok and result.backend["exactness_checks"] > 0, result.violation_counts
+    assert result.backend["buffer_habits"] == "+".join(HABIT_NAMES)
+    assert result.config["buffer_habits"] == HABIT_NAMES
 
 
 def test_the_catalogue_workload_runs_clean_on_the_reference() -> None:

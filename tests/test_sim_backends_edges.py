@@ -361,6 +361,7 @@ def test_tensor_backend_describes_itself() -> None:
             "d_model": backend.model.config.d_model,
         },
         "check_exactness": True,
+        "buffer_habits": "clean",
         "exactness_checks": 0,
     }
     assert TensorBackend(reference_implementation(), name="mine").describe()["name"] == "mine"
@@ -513,6 +514,13 @@ def test_make_backend_passes_impl_and_exactness_on() -> None:
         make_backend("external", "")
     with pytest.raises(InvalidConfigError, match="unknown backend 'shadowy'"):
         make_backend("shadowy")
+    habits = make_backend("reference", buffer_habits=["reallocation", "sliced_inputs"])
+    assert isinstance(habits, TensorBackend)
+    assert habits.describe()["buffer_habits"] == "reallocation+sliced_inputs"
+    with pytest.raises(InvalidConfigError, match="distinct names among padded_pools"):
+        make_backend("reference", buffer_habits=["padded"])
+    with pytest.raises(InvalidConfigError, match="'shadow' has no tensors"):
+        make_backend("shadow", buffer_habits=["padded_pools"])
     assert GPU_IMPL == "gpu.impl:implementation"
     try:
         gpu = make_backend("gpu", check_exactness=False)

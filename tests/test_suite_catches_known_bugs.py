@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.engine_layout import EngineLayout
+from reference.buffer_habits import BufferHabits
 from reference.exactness import VOCAB, Case, mismatches, play
 from reference.loading import load_implementation
 from reference.vectors_replay import SessionTarget, replay_directory
@@ -154,7 +154,7 @@ def test_the_json_vectors_catch_the_bug(bug: KnownBug) -> None:
 
 
 #: Catalogue bugs that only an engine's buffers expose end to end, and the habit of
-#: :class:`~reference.engine_layout.EngineLayout` that does.
+#: :class:`~reference.buffer_habits.BufferHabits` that does.
 BUFFER_BUGS = {
     "storage-ignores-strides": "padded_pools",
     "storage-keeps-old-pools": "reallocation",
@@ -185,7 +185,7 @@ def test_the_exactness_harness_catches_buffer_bugs_with_the_engine_habit(name: s
     assert mismatches(play(impl, HABIT_CASE), HABIT_CASE) == [], (
         f"{name} is caught by the clean harness already; the habit is not what exposes it"
     )
-    habit = dataclasses.replace(HABIT_CASE, layout=EngineLayout(**{BUFFER_BUGS[name]: True}))
+    habit = dataclasses.replace(HABIT_CASE, habits=BufferHabits(**{BUFFER_BUGS[name]: True}))
     assert mismatches(play(impl, habit), habit), (
         f"{name} restored exactly with engine habit {BUFFER_BUGS[name]}"
     )

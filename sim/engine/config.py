@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference.buffer_habits import habits_named
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -193,6 +194,9 @@ class SimConfig:
             for generated workloads and off for replayed traces.
         check_exactness: real-tensor backends compare every restored request with a
             scratch prefill.
+        buffer_habits: names of the buffer habits of real engines a real-tensor backend
+            plays (:mod:`reference.buffer_habits`: ``padded_pools``, ``reallocation``,
+            ``shared_export``, ``sliced_inputs``); none by default.
         mfu, mbu, copy_efficiency, step_overhead_s, copy_launch_s: cost model parameters
             (:class:`~sim.engine.costs.CostModel`).
         faults: fault-injection switches.
@@ -221,6 +225,7 @@ class SimConfig:
     fuse_decode_steps: bool = True
     closed_loop: bool = False
     check_exactness: bool = True
+    buffer_habits: tuple[str, ...] = ()
     mfu: float = 0.5
     mbu: float = 0.8
     copy_efficiency: float = 0.8
@@ -276,6 +281,17 @@ class SimConfig:
             )
         if self.backend == "external" and not self.impl:
             raise InvalidConfigError("backend 'external' needs impl='module:factory'")
+        if isinstance(self.buffer_habits, str):
+            raise InvalidConfigError(
+                f"SimConfig.buffer_habits must be a sequence of names, got {self.buffer_habits!r}"
+            )
+        habits_named(self.buffer_habits)
+        object.__setattr__(self, "buffer_habits", tuple(self.buffer_habits))
+        if self.buffer_habits and self.backend == "shadow":
+            raise InvalidConfigError(
+                "buffer habits need real tensors: use backend 'reference', 'gpu' or "
+                "'external', or no buffer habits with 'shadow'"
+            )
         _check_int(owner, "seed", self.seed, 0, MAX_SEED)
         _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9, MAX_SECONDS)
         for name in ("step_overhead_s", "copy_launch_s"):

@@ -34,7 +34,12 @@ def run_simulation(
     from sim.engine.scheduler import Engine
 
     if backend is None:
-        backend = make_backend(config.backend, config.impl, check_exactness=config.check_exactness)
+        backend = make_backend(
+            config.backend,
+            config.impl,
+            check_exactness=config.check_exactness,
+            buffer_habits=config.buffer_habits,
+        )
     engine = Engine(config, requests, backend, progress=progress)
     started = time.perf_counter()
     engine.run()

@@ -381,6 +381,14 @@ def _assemble(
         )
     if backend["name"] == "external" and backend["impl"] is None:
         raise ScenarioError(where, "backend.impl", None, "module:factory for backend 'external'")
+    if backend["buffer_habits"] and backend["name"] == "shadow":
+        raise ScenarioError(
+            where,
+            "backend.buffer_habits",
+            backend["buffer_habits"],
+            "none with backend 'shadow', which has no tensors (buffer habits need backend "
+            "'reference', 'gpu' or 'external')",
+        )
     for table in ("placement", "eviction"):
         for key, value in tables[table]["params"].items():
             try:
@@ -414,6 +422,7 @@ def _assemble(
                 tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
             ),
             check_exactness=backend["check_exactness"],
+            buffer_habits=tuple(backend["buffer_habits"]),
             mfu=engine["mfu"],
             mbu=engine["mbu"],
             copy_efficiency=engine["copy_efficiency"],

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reference.buffer_habits import HABIT_NAMES
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -172,6 +173,18 @@ def seed_list(value: object) -> str | None:
     return None if ok else f"a non-empty list of integers >= 0 and <= {MAX_SEED}"
 
 
+def habit_list(value: object) -> str | None:
+    """A list of distinct buffer-habit names (:data:`reference.buffer_habits.HABIT_NAMES`)."""
+    expected = f"a list of distinct names among {', '.join(HABIT_NAMES)}"
+    if not isinstance(value, list):
+        return expected
+    for item in value:
+        if not isinstance(item, str) or item not in HABIT_NAMES:
+            hint = suggestion(item, list(HABIT_NAMES)) if isinstance(item, str) else ""
+            return f"{expected}{hint}"
+    return None if len(set(value)) == len(value) else f"{expected} (each at most once)"
+
+
 #: ``scenario.name``: it names result files and ``reports/<name>/``, so it stays a plain
 #: file name (no path separators, no leading dot).
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
@@ -282,6 +295,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "name": Key(choice(list(BACKEND_NAMES)), "shadow", "data backend"),
         "impl": Key(text, None, "module:factory of the implementation"),
         "check_exactness": Key(boolean, True, "real tensors: compare restores bitwise"),
+        "buffer_habits": Key(habit_list, [], "real tensors: buffer habits of real engines to play"),
     },
     "faults": {
         "capture_failure_rate": Key(number(0.0, 1.0), 0.0, "probability a capture fails"),

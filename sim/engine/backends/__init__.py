@@ -17,6 +17,10 @@ The index and placement policy of a run always come from the backend's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from reference.api import Implementation
+from reference.buffer_habits import CLEAN, habits_named
 from reference.errors import ImplementationLoadError, InvalidConfigError
 from reference.loading import DEFAULT_IMPL, load_implementation
 from sim.engine.backends.base import Backend, Capture, EngineLayout, WriteObserver
@@ -41,7 +45,13 @@ __all__ = [
 ]
 
 
-def make_backend(name: str, impl: str | None = None, *, check_exactness: bool = True) -> Backend:
+def make_backend(
+    name: str,
+    impl: str | None = None,
+    *,
+    check_exactness: bool = True,
+    buffer_habits: Sequence[str] = (),
+) -> Backend:
     """The backend called ``name`` (see the module docstring).
 
     Args:
@@ -49,20 +59,31 @@ def make_backend(name: str, impl: str | None = None, *, check_exactness: bool = 
         impl: ``module:factory`` of the implementation; required for ``external``,
             optional for ``shadow`` and ``reference`` (default: the reference).
         check_exactness: real-tensor backends compare restores with scratch prefills.
+        buffer_habits: names of the engine buffer habits real-tensor backends play
+            (:func:`reference.buffer_habits.habits_named`).
 
     Raises:
-        InvalidConfigError: unknown name, or ``external`` without ``impl``.
+        InvalidConfigError: unknown name, ``external`` without ``impl``, unknown buffer
+            habits, or buffer habits for ``shadow`` (it has no tensors).
         ImplementationLoadError: the implementation cannot be loaded (for ``gpu``: the
             GPU layer is not importable here).
     """
+    habits = habits_named(buffer_habits)
     if name == "shadow":
+        if habits != CLEAN:
+            raise InvalidConfigError(
+                f"backend 'shadow' has no tensors, so it cannot play buffer habits ({habits}); "
+                "use backend 'reference', 'gpu' or 'external'"
+            )
         return ShadowBackend(load_implementation(impl or DEFAULT_IMPL))
-    if name == "reference":
+
+    def tensors(implementation: Implementation, label: str) -> TensorBackend:
         return TensorBackend(
-            load_implementation(impl or DEFAULT_IMPL),
-            name="reference",
-            check_exactness=check_exactness,
+            implementation, name=label, check_exactness=check_exactness, habits=habits
         )
+
+    if name == "reference":
+        return tensors(load_implementation(impl or DEFAULT_IMPL), "reference")
     if name == "gpu":
         try:
             implementation = load_implementation(impl or GPU_IMPL)
@@ -71,11 +92,9 @@ def make_backend(name: str, impl: str | None = None, *, check_exactness: bool = 
                 f"backend 'gpu' needs the GPU layer ({impl or GPU_IMPL}), which cannot be "
                 f"loaded here: {error}"
             ) from error
-        return TensorBackend(implementation, name="gpu", check_exactness=check_exactness)
+        return tensors(implementation, "gpu")
     if name == "external":
         if not impl:
             raise InvalidConfigError("backend 'external' needs --impl module:factory")
-        return TensorBackend(
-            load_implementation(impl), name="external", check_exactness=check_exactness
-        )
+        return tensors(load_implementation(impl), "external")
     raise InvalidConfigError(f"unknown backend {name!r} (known: shadow, reference, gpu, external)")

@@ -17,6 +17,12 @@ vocabulary (``prompt.tokens(vocab=...)``):
   with a scratch prefill of the same prompt: every recurrent tensor, every KV row of the
   prompt, and the logits of every token computed after the restore (DESIGN §6 property 1).
 
+With buffer habits (:mod:`reference.buffer_habits`), the backend handles its buffers the
+way real engines do: live pools as views into a padded buffer; every live tensor
+reallocated when the storage is built and again before each request starts; exporter
+calls shared with rows that have no checkpoint; raw conv inputs sliced out of a wider
+projection.
+
 Decode steps do not touch the tensors (the workload supplies the next turn's tokens, so
 no later computation reads decode state), and the model has no draft head.
 
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reference.api import Implementation, PrefillExporter, SnapshotStorage
+from reference.buffer_habits import CLEAN, BufferHabits, export_batch, pad_pools, reallocate
 from reference.errors import CapabilityMissingError, HyckptError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -79,6 +86,7 @@ class TensorBackend:
         name: backend name in reports.
         model: the tiny model's configuration.
         check_exactness: compare every restored request with a scratch prefill.
+        habits: the buffer habits of real engines to play (none by default).
 
     Raises:
         CapabilityMissingError: the implementation has no storage.
@@ -93,6 +101,7 @@ class TensorBackend:
         name: str = "reference",
         model: HybridConfig = DEFAULT_MODEL,
         check_exactness: bool = True,
+        habits: BufferHabits = CLEAN,
     ) -> None:
         if implementation.make_storage is None:
             raise CapabilityMissingError(
@@ -103,6 +112,7 @@ class TensorBackend:
         self.implementation = implementation
         self.model = TinyHybrid(model)
         self.check_exactness = check_exactness
+        self.habits = habits
         self.checks = 0
         self._requests: dict[str, _Live] = {}
         self._observer: WriteObserver | None = None
@@ -120,9 +130,13 @@ class TensorBackend:
         self._block = layout.block_size
         self._first_slot = layout.first_slot
         self._live = self.model.new_state(layout.batch_slots, layout.kv_blocks, layout.block_size)
+        if self.habits.padded_pools:
+            pad_pools(self._live)
         self._storage = self.implementation.make_storage(
             self._live, layout.checkpoint_slots, layout.checkpoint_slots
         )
+        if self.habits.reallocation:
+            reallocate(self._live, self.habits)
         make_exporter = self.implementation.make_exporter
         self._exporter = None if make_exporter is None else make_exporter()
 
@@ -134,7 +148,9 @@ class TensorBackend:
     # --- requests --------------------------------------------------------------------
 
     def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
-        _, storage, _ = self._parts()
+        live, storage, _ = self._parts()
+        if self.habits.reallocation:
+            reallocate(live, self.habits)
         vocab = self.model.config.vocab_size
         self._requests[request_id] = _Live(tokens=prompt.tokens(vocab=vocab).tolist())
         storage.zero_recurrent(batch_slot)
@@ -224,24 +240,36 @@ class TensorBackend:
             if self._exporter is None:
                 return False  # no exporter: a capture inside a chunk cannot be taken
             state = emitted[p]
-            offset = torch.tensor([p - start])
-            lengths = torch.tensor([0, end - start])
-            destination = torch.tensor([snap])
             for name in live.recurrent:
                 layer, part = name.split(".")
                 if part == "conv":
                     state_name = next(
                         n for n in live.recurrent if n.startswith(f"{layer}.") and n != name
                     )
+                    batch = export_batch(
+                        self.habits,
+                        raw_inputs[layer],
+                        conv_before[name],
+                        state[state_name],
+                        offset=p - start,
+                        destination=snap,
+                        seed=p,
+                    )
+                    picked = (
+                        {}
+                        if batch.recurrent_rows is None
+                        else {"recurrent_rows": batch.recurrent_rows}
+                    )
                     self._exporter.export(
-                        raw_inputs=raw_inputs[layer],
-                        cu_seqlens=lengths,
-                        initial_conv=conv_before[name][None],
-                        emitted_states=state[state_name][None],
-                        offsets=offset,
-                        destinations=destination,
+                        raw_inputs=batch.raw_inputs,
+                        cu_seqlens=batch.cu_seqlens,
+                        initial_conv=batch.initial_conv,
+                        emitted_states=batch.emitted_states,
+                        offsets=batch.offsets,
+                        destinations=batch.destinations,
                         conv_slab=storage.slab("recurrent", name),
                         state_slab=storage.slab("recurrent", state_name),
+                        **picked,
                     )
                 elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
                     storage.slab("recurrent", name)[snap].copy_(state[name])
@@ -312,5 +340,6 @@ class TensorBackend:
                 "d_model": self.model.config.d_model,
             },
             "check_exactness": self.check_exactness,
+            "buffer_habits": str(self.habits),
             "exactness_checks": self.checks,
         }

@@ -2,7 +2,7 @@
 
 A clean harness hands storage and exporter dense, freshly allocated tensors and one
 sequence per exporter call. Real engines do not, and bugs hide in the difference
-(docs/SEMANTICS.md ST3, EX1-EX3, EX5). :class:`EngineLayout` switches each habit on for
+(docs/SEMANTICS.md ST3, EX1-EX3, EX5). :class:`BufferHabits` switches each habit on for
 :func:`reference.exactness.play`:
 
 - **padded pools**: every live pool is a non-contiguous view into a larger buffer, as when
@@ -24,10 +24,12 @@ sequence per exporter call. Real engines do not, and bugs hide in the difference
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
+from reference.errors import InvalidConfigError
 from reference.state import LiveState
 
 #: Extra elements per innermost row of a padded pool, and extra columns of a sliced input.
@@ -38,7 +40,7 @@ GRAPH_PADDING = 2
 
 
 @dataclass(frozen=True)
-class EngineLayout:
+class BufferHabits:
     """Which engine habits the exactness harness plays (all off: a clean harness)."""
 
     padded_pools: bool = False
@@ -47,7 +49,7 @@ class EngineLayout:
     sliced_inputs: bool = False
 
     @classmethod
-    def every(cls) -> EngineLayout:
+    def every(cls) -> BufferHabits:
         """All habits at once."""
         return cls(True, True, True, True)
 
@@ -57,7 +59,24 @@ class EngineLayout:
 
 
 #: A clean harness: dense tensors, no reallocation, one sequence per exporter call.
-CLEAN = EngineLayout()
+CLEAN = BufferHabits()
+#: The habits by name, in declaration order.
+HABIT_NAMES = tuple(habit.name for habit in dataclasses.fields(BufferHabits))
+
+
+def habits_named(names: Iterable[str]) -> BufferHabits:
+    """The habits called ``names`` (each of :data:`HABIT_NAMES` at most once).
+
+    Raises:
+        InvalidConfigError: an unknown or repeated name, or names that are not strings.
+    """
+    names = list(names)
+    known = all(isinstance(name, str) and name in HABIT_NAMES for name in names)
+    if not known or len(set(names)) != len(names):
+        raise InvalidConfigError(
+            f"buffer habits must be distinct names among {', '.join(HABIT_NAMES)}, got {names!r}"
+        )
+    return BufferHabits(**dict.fromkeys(names, True))
 
 
 def padded(tensor: torch.Tensor) -> torch.Tensor:
@@ -82,12 +101,12 @@ def pad_pools(live: LiveState) -> None:
             tensors[name] = padded(tensor)
 
 
-def reallocate(live: LiveState, layout: EngineLayout) -> None:
+def reallocate(live: LiveState, habits: BufferHabits) -> None:
     """Move every live tensor of ``live`` into a new tensor of the same layout (padded
-    when ``layout.padded_pools``) and fill the retired one with NaN."""
+    when ``habits.padded_pools``) and fill the retired one with NaN."""
     for tensors in _groups(live):
         for name, old in tensors.items():
-            tensors[name] = padded(old) if layout.padded_pools else old.clone()
+            tensors[name] = padded(old) if habits.padded_pools else old.clone()
             old.fill_(torch.nan)
 
 
@@ -115,7 +134,7 @@ class ExportBatch:
 
 
 def export_batch(
-    layout: EngineLayout,
+    habits: BufferHabits,
     raw: torch.Tensor,
     initial_conv: torch.Tensor,
     emitted_state: torch.Tensor,
@@ -123,7 +142,7 @@ def export_batch(
     destination: int,
     seed: int,
 ) -> ExportBatch:
-    """The exporter arguments that store one sequence's checkpoint under ``layout``.
+    """The exporter arguments that store one sequence's checkpoint under ``habits``.
 
     Args:
         raw: the sequence's raw conv inputs of the chunk, ``[tokens, conv_dim]``.
@@ -133,8 +152,8 @@ def export_batch(
         destination: the snapshot slot.
         seed: seeds the neighbours' random values.
     """
-    if not layout.shared_export:
-        raw_inputs = sliced(raw) if layout.sliced_inputs else raw
+    if not habits.shared_export:
+        raw_inputs = sliced(raw) if habits.sliced_inputs else raw
         return ExportBatch(
             raw_inputs=raw_inputs,
             cu_seqlens=torch.tensor([0, raw.shape[0]]),
@@ -158,7 +177,7 @@ def export_batch(
     # state taken by row number (ignoring recurrent_rows) is the neighbour's.
     states = torch.stack([emitted_state, noise(*emitted_state.shape)])
     return ExportBatch(
-        raw_inputs=sliced(tokens) if layout.sliced_inputs else tokens,
+        raw_inputs=sliced(tokens) if habits.sliced_inputs else tokens,
         cu_seqlens=torch.tensor([0, n, n + raw.shape[0], 2 * n + raw.shape[0]]),
         initial_conv=before,
         emitted_states=states,
