@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.api import PrefillExporter, SnapshotStorage
 from reference.errors import InvalidConfigError
 from reference.state import LiveState
 
@@ -185,3 +186,58 @@ def export_batch(
         destinations=torch.tensor([-1, destination, -1]),
         recurrent_rows=torch.tensor([-1, 0, 1]),
     )
+
+
+def export_inside_chunk(
+    storage: SnapshotStorage,
+    exporter: PrefillExporter,
+    habits: BufferHabits,
+    snap: int,
+    offset: int,
+    raw_inputs: dict[str, torch.Tensor],
+    initial_conv: dict[str, torch.Tensor],
+    emitted: dict[str, torch.Tensor],
+) -> None:
+    """Store one sequence's recurrent checkpoint at a position strictly inside a chunk,
+    as a serving engine does: every recurrent layer's conv window and state by the
+    exporter (called the way ``habits`` say), the sliding-window rings by a copy, then
+    :meth:`~reference.api.SnapshotStorage.mark_recurrent_captured`.
+
+    Args:
+        snap: the snapshot slot.
+        offset: tokens of the chunk before the checkpoint (``>= 1``).
+        raw_inputs: layer index (``"0"``) → the chunk's raw conv inputs ``[tokens, conv_dim]``.
+        initial_conv: ``"<layer>.conv"`` → the conv window before the chunk ``[conv_dim, W]``.
+        emitted: live-state name → its value at the checkpoint (the prefill's ``emitted``).
+    """
+    names = list(emitted)
+    for name in names:
+        layer, part = name.split(".")
+        if part == "conv":
+            state_name = next(n for n in names if n.startswith(f"{layer}.") and n != name)
+            batch = export_batch(
+                habits,
+                raw_inputs[layer],
+                initial_conv[name],
+                emitted[state_name],
+                offset=offset,
+                destination=snap,
+                seed=offset,
+            )
+            picked = (
+                {} if batch.recurrent_rows is None else {"recurrent_rows": batch.recurrent_rows}
+            )
+            exporter.export(
+                raw_inputs=batch.raw_inputs,
+                cu_seqlens=batch.cu_seqlens,
+                initial_conv=batch.initial_conv,
+                emitted_states=batch.emitted_states,
+                offsets=batch.offsets,
+                destinations=batch.destinations,
+                conv_slab=storage.slab("recurrent", name),
+                state_slab=storage.slab("recurrent", state_name),
+                **picked,
+            )
+        elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
+            storage.slab("recurrent", name)[snap].copy_(emitted[name])
+    storage.mark_recurrent_captured(snap)

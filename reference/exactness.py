@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.api import Implementation, PrefillExporter, Reservation, SnapshotStorage
-from reference.buffer_habits import CLEAN, BufferHabits, export_batch, pad_pools, reallocate
+from reference.buffer_habits import CLEAN, BufferHabits, export_inside_chunk, pad_pools, reallocate
 from reference.errors import CapabilityMissingError, SlotStateError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -139,7 +139,6 @@ def chunked(tokens_from: int, tokens_to: int, size: int) -> list[tuple[int, int]
 
 
 def store_checkpoint(
-    live: LiveState,
     storage: SnapshotStorage,
     exporter: PrefillExporter | None,
     case: Case,
@@ -149,7 +148,7 @@ def store_checkpoint(
     result_emitted: dict[str, torch.Tensor] | None,
     raw_inputs: dict[str, torch.Tensor],
 ) -> None:
-    """Store request A's recurrent state at ``p`` into ``snap`` (slot 0 of the live state).
+    """Store request A's recurrent state at ``p`` (batch slot 0) into snapshot slot ``snap``.
 
     ``exporter`` is the implementation's; it is needed only when ``p`` is inside the chunk.
     """
@@ -159,36 +158,16 @@ def store_checkpoint(
         return
     if exporter is None:
         raise CapabilityMissingError(f"p={case.p} is inside a chunk and needs an exporter")
-    for name in live.recurrent:
-        layer, part = name.split(".")
-        if part == "conv":
-            state_name = next(n for n in live.recurrent if n.startswith(f"{layer}.") and n != name)
-            batch = export_batch(
-                case.habits,
-                raw_inputs[layer],
-                initial_conv[name],
-                result_emitted[state_name],
-                offset=case.p - start,
-                destination=snap,
-                seed=case.p,
-            )
-            optional = (
-                {} if batch.recurrent_rows is None else {"recurrent_rows": batch.recurrent_rows}
-            )
-            exporter.export(
-                raw_inputs=batch.raw_inputs,
-                cu_seqlens=batch.cu_seqlens,
-                initial_conv=batch.initial_conv,
-                emitted_states=batch.emitted_states,
-                offsets=batch.offsets,
-                destinations=batch.destinations,
-                conv_slab=storage.slab("recurrent", name),
-                state_slab=storage.slab("recurrent", state_name),
-                **optional,
-            )
-        elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
-            storage.slab("recurrent", name)[snap].copy_(result_emitted[name])
-    storage.mark_recurrent_captured(snap)
+    export_inside_chunk(
+        storage,
+        exporter,
+        case.habits,
+        snap,
+        case.p - start,
+        raw_inputs,
+        initial_conv,
+        result_emitted,
+    )
 
 
 def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) -> Outcome:
@@ -241,7 +220,6 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         snap = reservation.slot
         emitted = result.emitted[p] if inside else None
         store_checkpoint(
-            live,
             storage,
             exporter,
             case,

@@ -39,7 +39,13 @@ from dataclasses import dataclass, field
 import torch
 
 from reference.api import Implementation, PrefillExporter, SnapshotStorage
-from reference.buffer_habits import CLEAN, BufferHabits, export_batch, pad_pools, reallocate
+from reference.buffer_habits import (
+    CLEAN,
+    BufferHabits,
+    export_inside_chunk,
+    pad_pools,
+    reallocate,
+)
 from reference.errors import CapabilityMissingError, HyckptError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -200,7 +206,6 @@ class TensorBackend:
         done = []
         for capture in captures:
             ok = self._store(
-                live,
                 storage,
                 capture,
                 batch_slot,
@@ -220,7 +225,6 @@ class TensorBackend:
 
     def _store(
         self,
-        live: LiveState,
         storage: SnapshotStorage,
         capture: Capture,
         batch_slot: int,
@@ -239,41 +243,16 @@ class TensorBackend:
         else:
             if self._exporter is None:
                 return False  # no exporter: a capture inside a chunk cannot be taken
-            state = emitted[p]
-            for name in live.recurrent:
-                layer, part = name.split(".")
-                if part == "conv":
-                    state_name = next(
-                        n for n in live.recurrent if n.startswith(f"{layer}.") and n != name
-                    )
-                    batch = export_batch(
-                        self.habits,
-                        raw_inputs[layer],
-                        conv_before[name],
-                        state[state_name],
-                        offset=p - start,
-                        destination=snap,
-                        seed=p,
-                    )
-                    picked = (
-                        {}
-                        if batch.recurrent_rows is None
-                        else {"recurrent_rows": batch.recurrent_rows}
-                    )
-                    self._exporter.export(
-                        raw_inputs=batch.raw_inputs,
-                        cu_seqlens=batch.cu_seqlens,
-                        initial_conv=batch.initial_conv,
-                        emitted_states=batch.emitted_states,
-                        offsets=batch.offsets,
-                        destinations=batch.destinations,
-                        conv_slab=storage.slab("recurrent", name),
-                        state_slab=storage.slab("recurrent", state_name),
-                        **picked,
-                    )
-                elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
-                    storage.slab("recurrent", name)[snap].copy_(state[name])
-            storage.mark_recurrent_captured(snap)
+            export_inside_chunk(
+                storage,
+                self._exporter,
+                self.habits,
+                snap,
+                p - start,
+                raw_inputs,
+                conv_before,
+                emitted[p],
+            )
         if p % self._block:
             storage.capture_partial_kv(snap, block_table[p // self._block], p % self._block)
         return True
