@@ -10,8 +10,9 @@ sequence per exporter call. Real engines do not, and bugs hide in the difference
   holds NaN, so code that addresses a pool as if it were dense reads NaN.
 - **reallocation**: the engine replaces every live tensor with a new one of the same
   layout holding the same values (a cache resize, a CUDA-graph re-capture), once after
-  building the storage and once between the two requests. The retired tensors are filled
-  with NaN, so a storage that kept them captures or restores NaN.
+  building the storage and once between the two requests (the simulation: after building
+  the storage, then the recurrent pools before every request). The retired tensors are
+  filled with NaN, so a storage that kept them captures or restores NaN.
 - **shared export**: the checkpointed sequence shares each exporter call with two
   neighbour sequences that have no checkpoint (destination -1), one before and one after
   it. The emitted states are picked by ``recurrent_rows`` from a tensor that does not
@@ -102,10 +103,11 @@ def pad_pools(live: LiveState) -> None:
             tensors[name] = padded(tensor)
 
 
-def reallocate(live: LiveState, habits: BufferHabits) -> None:
+def reallocate(live: LiveState, habits: BufferHabits, *, pages: bool = True) -> None:
     """Move every live tensor of ``live`` into a new tensor of the same layout (padded
-    when ``habits.padded_pools``) and fill the retired one with NaN."""
-    for tensors in _groups(live):
+    when ``habits.padded_pools``) and fill the retired one with NaN. With ``pages=False``
+    only the recurrent pools move (the KV page pools of a large cache are costly to copy)."""
+    for tensors in _groups(live) if pages else (live.recurrent,):
         for name, old in tensors.items():
             tensors[name] = padded(old) if habits.padded_pools else old.clone()
             old.fill_(torch.nan)

@@ -70,6 +70,14 @@ def test_reallocation_moves_the_values_and_poisons_the_retired_tensors(padded_po
         assert new.is_contiguous() is not padded_pools
 
 
+def test_reallocating_without_pages_moves_the_recurrent_pools_only() -> None:
+    live = small_live()
+    conv, pages = live.recurrent["0.conv"], live.kv_pages["1.k"]
+    reallocate(live, BufferHabits(reallocation=True), pages=False)
+    assert live.kv_pages["1.k"] is pages and not torch.isnan(pages).any()
+    assert live.recurrent["0.conv"] is not conv and torch.isnan(conv).all()
+
+
 def test_sliced_inputs_are_a_column_slice_of_a_wider_projection() -> None:
     raw = ramp(5, 3)
     view = sliced(raw)

@@ -76,6 +76,42 @@ def test_simulate_reference_backend(capsys: pytest.CaptureFixture[str]) -> None:
     assert "lockstep: ok" in capsys.readouterr().out
 
 
+def test_simulate_with_every_buffer_habit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "result.json"
+    args = ["simulate", "--workload", "chat", "--requests", "3", "--backend", "reference"]
+    args += ["--block-size", "8", "--token-budget", "64", "--max-num-seqs", "2"]
+    args += ["--kv-blocks", "1024", "--checkpoint-slots", "2", "--buffer-habits", "all"]
+    assert main([*args, "--json", str(path)]) == 0
+    assert "lockstep: ok" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    assert data["config"]["buffer_habits"] == [
+        "padded_pools",
+        "reallocation",
+        "shared_export",
+        "sliced_inputs",
+    ]
+    assert (
+        data["backend"]["buffer_habits"] == "padded_pools+reallocation+shared_export+sliced_inputs"
+    )
+
+
+@pytest.mark.parametrize(
+    ("habits", "message"),
+    [
+        ("padded", "--buffer-habits: buffer habits must be distinct names among padded_pools"),
+        ("sliced_inputs,sliced_inputs", "--buffer-habits: buffer habits must be distinct"),
+        ("all", "--buffer-habits need a real-tensor backend"),  # with the shadow backend
+    ],
+)
+def test_simulate_refuses_bad_buffer_habits(
+    capsys: pytest.CaptureFixture[str], habits: str, message: str
+) -> None:
+    assert main(["simulate", "--requests", "2", "--quiet", "--buffer-habits", habits]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_simulate_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--workload", "nope"]) == 2
     assert main(["simulate", "--backend", "external", "--requests", "5", "--quiet"]) == 2

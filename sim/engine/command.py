@@ -18,6 +18,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from reference.buffer_habits import HABIT_NAMES
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -95,6 +96,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--impl",
         metavar="MODULE:FACTORY",
         help="implementation (needed for --backend external; default: the reference)",
+    )
+    parser.add_argument(
+        "--buffer-habits",
+        metavar="NAMES",
+        default="",
+        help="real tensors: handle live buffers the way real engines do, a comma-separated "
+        f"list of {', '.join(HABIT_NAMES)}, or all (docs/SIMULATION.md section 3)",
     )
     parser.add_argument(
         "--placement",
@@ -203,6 +211,7 @@ OPTION_OF_FIELD = {
     "checkpoint_budget_bytes": "--checkpoint-gib",
     "spec_tokens": "--spec-tokens",
     "seed": "--seed",
+    "buffer_habits": "--buffer-habits",
 }
 
 
@@ -221,6 +230,13 @@ def option_message(message: str) -> str:
         return flag if value is None else f"{flag} {value}"
 
     return re.sub(r"SimConfig\.(\w+)(?:=(\S+))?", option, message)
+
+
+def habit_names(text: str) -> tuple[str, ...]:
+    """The names ``--buffer-habits`` lists (comma-separated; ``all`` for every habit)."""
+    if text.strip() == "all":
+        return HABIT_NAMES
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -245,6 +261,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             spec_tokens=args.spec_tokens,
             backend=args.backend,
             impl=args.impl,
+            buffer_habits=habit_names(args.buffer_habits),
             seed=args.seed,
             closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
             faults=Faults(),

@@ -281,16 +281,17 @@ class SimConfig:
             )
         if self.backend == "external" and not self.impl:
             raise InvalidConfigError("backend 'external' needs impl='module:factory'")
-        if isinstance(self.buffer_habits, str):
-            raise InvalidConfigError(
-                f"SimConfig.buffer_habits must be a sequence of names, got {self.buffer_habits!r}"
-            )
-        habits_named(self.buffer_habits)
+        try:
+            if isinstance(self.buffer_habits, str):
+                raise InvalidConfigError(f"a sequence of names, got {self.buffer_habits!r}")
+            habits_named(self.buffer_habits)
+        except (InvalidConfigError, TypeError) as error:
+            raise InvalidConfigError(f"SimConfig.buffer_habits: {error}") from None
         object.__setattr__(self, "buffer_habits", tuple(self.buffer_habits))
         if self.buffer_habits and self.backend == "shadow":
             raise InvalidConfigError(
-                "buffer habits need real tensors: use backend 'reference', 'gpu' or "
-                "'external', or no buffer habits with 'shadow'"
+                "SimConfig.buffer_habits need a real-tensor backend ('reference', 'gpu' or "
+                "'external'); 'shadow' has no tensors"
             )
         _check_int(owner, "seed", self.seed, 0, MAX_SEED)
         _check_float(owner, "sample_interval_s", self.sample_interval_s, 1e-9, MAX_SECONDS)

@@ -19,7 +19,8 @@ vocabulary (``prompt.tokens(vocab=...)``):
 
 With buffer habits (:mod:`reference.buffer_habits`), the backend handles its buffers the
 way real engines do: live pools as views into a padded buffer; every live tensor
-reallocated when the storage is built and again before each request starts; exporter
+reallocated when the storage is built, and the recurrent pools again before each request
+starts; exporter
 calls shared with rows that have no checkpoint; raw conv inputs sliced out of a wider
 projection.
 
@@ -155,8 +156,8 @@ class TensorBackend:
 
     def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
         live, storage, _ = self._parts()
-        if self.habits.reallocation:
-            reallocate(live, self.habits)
+        if self.habits.reallocation:  # the KV pools moved once, at bind(): they are large
+            reallocate(live, self.habits, pages=False)
         vocab = self.model.config.vocab_size
         self._requests[request_id] = _Live(tokens=prompt.tokens(vocab=vocab).tolist())
         storage.zero_recurrent(batch_slot)
