@@ -6,7 +6,8 @@ sequence per exporter call. Real engines do not, and bugs hide in the difference
 :func:`reference.exactness.play`:
 
 - **padded pools**: every live pool is a non-contiguous view into a larger buffer, as when
-  a hybrid allocator carves recurrent and KV pools out of one padded cache. The padding
+  a hybrid allocator carves recurrent and KV pools out of one padded cache; so are the
+  hidden-state buffers the boundary row is captured from and restored into. The padding
   holds NaN, so code that addresses a pool as if it were dense reads NaN.
 - **reallocation**: the engine replaces every live tensor with a new one of the same
   layout holding the same values (a cache resize, a CUDA-graph re-capture), once after

@@ -44,7 +44,14 @@ from dataclasses import dataclass
 import torch
 
 from reference.api import Implementation, PrefillExporter, Reservation, SnapshotStorage
-from reference.buffer_habits import CLEAN, BufferHabits, export_inside_chunk, pad_pools, reallocate
+from reference.buffer_habits import (
+    CLEAN,
+    BufferHabits,
+    export_inside_chunk,
+    pad_pools,
+    padded,
+    reallocate,
+)
 from reference.errors import CapabilityMissingError, SlotStateError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
@@ -237,7 +244,10 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
             else:
                 storage.capture_partial_kv(snap, table_a[p // block], p % block)
         if case.draft:
-            storage.capture_boundary_hidden(snap, result.hidden[None], 0, p - 1 - start)
+            source = result.hidden[None]  # [1, chunk tokens, d_model]
+            if case.habits.padded_pools:
+                source = padded(source)
+            storage.capture_boundary_hidden(snap, source, 0, p - 1 - start)
         if not index.publish(reservation):
             raise SlotStateError(f"publish of the checkpoint at {p} was refused")
         if inside:  # the exporter's slot must equal a capture after prefilling [0, p)
@@ -273,7 +283,9 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         else:
             storage.restore_partial_kv(snap, page, p % block)
     if case.draft:
-        hidden = torch.zeros(3, 1, hidden_dim, dtype=torch.float64)
+        hidden = torch.zeros(3, 1, hidden_dim, dtype=torch.float64)  # [batch, 1, d_model]
+        if case.habits.padded_pools:
+            hidden = padded(hidden)
         storage.restore_boundary_hidden(snap, hidden, 2, 0)
         if p % block == 0:  # row p-1 is in the last shared full page: copy it first
             last, copy = (p - 1) // block, next(fresh_pages)

@@ -663,6 +663,38 @@ def test_boundary_hidden_round_trip_at_batch_and_position(
     )
 
 
+def test_strided_hidden_buffers_are_read_and_written_element_by_element(
+    impl: Implementation,
+) -> None:
+    """Engines keep hidden states in larger buffers: the ``[batch, seq, d]`` tensor a
+    boundary row is captured from, and the one it is restored into, may be views with any
+    strides. The storage takes the view's elements (not the buffer's first bytes) and
+    writes only the view's row, never the padding between its elements (ST10)."""
+    require(impl, "boundary-hidden")
+    gen = torch.Generator().manual_seed(23)
+    storage = build(
+        impl, make_live(gen), boundary_hidden_dim=HIDDEN_DIM, boundary_hidden_dtype=torch.float32
+    )
+    hidden, _ = strided_copy(random_tensor((2, 5, HIDDEN_DIM), torch.float32, gen))
+    row = hidden[1, 3].clone()
+    storage.capture_boundary_hidden(2, hidden, 1, 3)
+    assert same_bits(storage.slab("boundary_hidden", "hidden")[2], row), (
+        "ST10: the captured boundary row is not hidden[1, 3] of the strided view"
+    )
+    target, buffer = strided_copy(random_tensor((3, 4, HIDDEN_DIM), torch.float32, gen))
+    expected_view, expected_buffer = target.clone(), buffer.clone()
+    expected_view[2, 0] = row
+    storage.restore_boundary_hidden(2, target, 2, 0)
+    assert same_bits(target, expected_view), (
+        "ST10: the restore did not write hidden[2, 0] of the strided view, or wrote others"
+    )
+    padding = torch.ones_like(buffer, dtype=torch.bool)
+    strided_view(padding, target.shape[-2]).fill_(False)
+    assert same_bits(buffer[padding], expected_buffer[padding]), (
+        "ST10: the restore wrote the padding of the hidden buffer, outside the view"
+    )
+
+
 def test_boundary_hidden_and_recurrent_have_separate_records(impl: Implementation) -> None:
     require(impl, "boundary-hidden")
     live = make_live(torch.Generator().manual_seed(11))

@@ -147,6 +147,28 @@ def storage_keeps_old_pools() -> Implementation:
     return _with_storage("storage-keeps-old-pools", BoundPoolsStorage)
 
 
+class StrideBlindHiddenStorage(ReferenceStorage):
+    """Reads the hidden states a boundary row is captured from as if they were a
+    contiguous ``[batch, seq, d]`` tensor (the bug), as a kernel does that is handed a
+    view into the engine's larger hidden-state buffer and computes offsets from its shape."""
+
+    def capture_boundary_hidden(
+        self,
+        snapshot_slot: int,
+        hidden: torch.Tensor,
+        batch_slot: int,
+        position: int,
+        stream: object | None = None,
+    ) -> None:
+        if isinstance(hidden, torch.Tensor):
+            hidden = hidden.as_strided(hidden.shape, _dense_strides(hidden))
+        super().capture_boundary_hidden(snapshot_slot, hidden, batch_slot, position, stream)
+
+
+def boundary_ignores_strides() -> Implementation:
+    return _with_storage("boundary-ignores-strides", StrideBlindHiddenStorage)
+
+
 # --- storage: partial-KV axis ------------------------------------------------------------
 
 
@@ -390,6 +412,16 @@ BUGS: tuple[KnownBug, ...] = (
         "longer uses.",
         (f"{STORAGE}::test_a_live_tensor_replaced_by_one_of_the_same_layout_is_used",),
         "from a tensor the live state no longer holds",
+    ),
+    _bug(
+        boundary_ignores_strides,
+        "storage",
+        "ST10",
+        "Reads the hidden states as if they were a contiguous [batch, seq, d] tensor, so "
+        "with a view into the engine's larger hidden-state buffer it saves another row as "
+        "the boundary row, and every restored draft head recomputes row p-1 from it.",
+        (f"{STORAGE}::test_strided_hidden_buffers_are_read_and_written_element_by_element",),
+        "the captured boundary row is not hidden[1, 3] of the strided view",
     ),
     _bug(
         zero_keeps_conv_window,
