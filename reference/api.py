@@ -361,6 +361,13 @@ class SnapshotStorage(Protocol):
         :meth:`slab` (e.g. by the prefill exporter), so it may be restored."""
         ...
 
+    def discard(self, snapshot_slot: int) -> None:
+        """Forget what the slot holds: every record of it (recurrent, boundary row, partial
+        KV) returns to never captured; no byte changes. Call it when the index hands the
+        slot out for a new checkpoint, so that a part the new checkpoint does not write is
+        refused on restore instead of copying the previous checkpoint's bytes."""
+        ...
+
     def zero_recurrent(self, batch_slot: int, stream: object | None = None) -> None:
         """Zero every live recurrent tensor at ``batch_slot`` (a sequence with no prefix)."""
         ...

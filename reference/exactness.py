@@ -225,6 +225,7 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         if not isinstance(reservation, Reservation):
             raise SlotStateError(f"reserve at {p} gave {reservation}, expected a Reservation")
         snap = reservation.slot
+        storage.discard(snap)  # a new checkpoint: forget what the slot held before
         emitted = result.emitted[p] if inside else None
         store_checkpoint(
             storage,

@@ -307,6 +307,24 @@ class ReferenceStorage:
         self._require_recurrent()
         self._recurrent_captured[self._recurrent_slot(snapshot_slot)] = True
 
+    def discard(self, snapshot_slot: int) -> None:
+        """Return every record of the slot to never captured; the slabs keep their bytes.
+
+        The slot is one of the recurrent axis, the partial-KV axis or both (the axes may
+        have different slot counts); each axis that has it forgets it.
+
+        Raises:
+            SlotOutOfRangeError: ``snapshot_slot`` is not an ``int`` in
+                ``[0, max(recurrent_slots, partial_kv_slots))``.
+        """
+        bound = max(self._recurrent_slots, self._partial_kv_slots)
+        snap = _index("snapshot_slot", snapshot_slot, bound, "the snapshot slots of both axes")
+        if snap < self._recurrent_slots:
+            self._recurrent_captured[snap] = False
+            self._hidden_captured[snap] = False
+        if snap < self._partial_kv_slots:
+            self._partial[snap] = None
+
     # --- recurrent axis ----------------------------------------------------------------
 
     def zero_recurrent(self, batch_slot: int, stream: object | None = None) -> None:

@@ -708,6 +708,74 @@ def test_boundary_hidden_and_recurrent_have_separate_records(impl: Implementatio
         storage.restore_recurrent(1, 0)
 
 
+# --- a slot handed out for a new checkpoint ------------------------------------------------
+
+
+def assert_refused(restore: Callable[[], object], part: str) -> None:
+    """``restore()`` raises :class:`NeverCapturedError`, else the test fails naming ST11."""
+    try:
+        restore()
+    except NeverCapturedError:
+        return
+    pytest.fail(
+        f"ST11: the {part} of a discarded slot was restored; after discard, a part not "
+        "captured again must raise NeverCapturedError"
+    )
+
+
+def test_discard_forgets_every_record_of_the_slot_and_keeps_every_byte(
+    impl: Implementation,
+) -> None:
+    """``discard(snap)`` returns the slot's recurrent, boundary and partial records to
+    never captured, so every restore from it is refused; the slabs, the live state and the
+    other slots' records are untouched (ST11)."""
+    storage, live, hidden = _prepared(impl)
+    storage.capture_recurrent(1, 0)
+    before = everything(storage, live, hidden)
+    storage.discard(0)
+    assert_refused(lambda: storage.restore_recurrent(0, 0), "recurrent state")
+    assert_refused(lambda: storage.restore_partial_kv(0, 0, 0), "partial page")
+    if "boundary-hidden" in impl.capabilities:
+        assert_refused(lambda: storage.restore_boundary_hidden(0, hidden, 0, 0), "boundary row")
+    (recurrent, partial), (recurrent_after, partial_after) = before[0], records(storage)
+    assert recurrent_after[0] == (False, False) and partial_after[0] == (None, False), (
+        f"ST11: the records of the discarded slot read {recurrent_after[0]} and "
+        f"{partial_after[0]}, not never captured"
+    )
+    assert recurrent_after[1:] == recurrent[1:] and partial_after[1:] == partial[1:], (
+        "ST11: discard changed the records of other slots"
+    )
+    assert_unchanged([None, *before[1:]], [None, *everything(storage, live, hidden)[1:]])
+
+
+def test_a_reused_slot_refuses_the_parts_its_new_checkpoint_did_not_write(
+    impl: Implementation,
+) -> None:
+    """A slot evicted and handed out again is discarded first: a part the previous
+    checkpoint wrote and the new one did not (its boundary row, its partial page) is
+    refused on restore instead of copying the previous checkpoint's bytes (ST11)."""
+    storage, _, hidden = _prepared(impl)  # slot 0: recurrent, boundary row, partial rows
+    storage.discard(0)
+    storage.capture_recurrent(0, 2)  # the new checkpoint: recurrent state only
+    storage.restore_recurrent(0, 1)
+    assert_refused(lambda: storage.restore_partial_kv(0, 0, 1), "previous partial page")
+    if "boundary-hidden" in impl.capabilities:
+        restore = storage.restore_boundary_hidden
+        assert_refused(lambda: restore(0, hidden, 0, 0), "previous boundary row")
+
+
+def test_discard_reaches_the_larger_axis(impl: Implementation) -> None:
+    """The axes may have different slot counts; a slot only the recurrent axis has is
+    discarded there (with 4 recurrent and 2 partial-KV slots, slot 3), slot 4 is refused."""
+    live = make_live(torch.Generator().manual_seed(24))
+    storage = build(impl, live, 4, 2)
+    storage.capture_recurrent(3, 0)
+    storage.discard(3)
+    assert not storage.is_recurrent_captured(3)
+    with pytest.raises(SlotOutOfRangeError):
+        storage.discard(4)
+
+
 # --- misuse ------------------------------------------------------------------------------
 
 Call = Callable[[SnapshotStorage, torch.Tensor], object]
@@ -891,6 +959,13 @@ MISUSE: dict[str, tuple[Call, type[HyckptError], str]] = {
         lambda s, h: s.mark_recurrent_captured(3),
         SlotOutOfRangeError,
         "3",
+    ),
+    "discard slot past the end": (lambda s, h: s.discard(3), SlotOutOfRangeError, "3"),
+    "discard slot -1": (lambda s, h: s.discard(-1), SlotOutOfRangeError, "-1"),
+    "discard slot as a bool": (
+        lambda s, h: s.discard(False),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "False",
     ),
     "unknown slab group": (_slab("mamba", "0.conv"), AxisNotConfiguredError, "mamba"),
     "unknown slab name": (_slab("recurrent", "9.conv"), LayoutMismatchError, "9.conv"),

@@ -293,6 +293,18 @@ class StorageMachine(RuleBasedStateMachine):
             hidden[batch, pos] = saved
             self.model.hidden = hidden
 
+    # --- a slot handed out for a new checkpoint ----------------------------------------
+
+    @rule(snap=index(max(RECURRENT_SLOTS, PARTIAL_SLOTS)))
+    def discard(self, snap: int) -> None:
+        """Every record of the slot is forgotten; no byte changes (the invariant checks)."""
+        if self._run(
+            self._range((snap, max(RECURRENT_SLOTS, PARTIAL_SLOTS))), self.storage.discard, snap
+        ):
+            self.model.recurrent.discard(snap)
+            self.model.boundary.discard(snap)
+            self.model.partial.pop(snap, None)
+
     # --- the comparison -----------------------------------------------------------------
 
     @invariant()

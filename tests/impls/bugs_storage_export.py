@@ -169,6 +169,20 @@ def boundary_ignores_strides() -> Implementation:
     return _with_storage("boundary-ignores-strides", StrideBlindHiddenStorage)
 
 
+class BoundaryKeepingDiscard(ReferenceStorage):
+    """Forgets a discarded slot's recurrent and partial-KV records but not its boundary
+    row's (the bug): the row lives in a slab of its own and was left out."""
+
+    def discard(self, snapshot_slot: int) -> None:
+        kept = list(self._hidden_captured)
+        super().discard(snapshot_slot)
+        self._hidden_captured = kept
+
+
+def discard_keeps_boundary_row() -> Implementation:
+    return _with_storage("discard-keeps-boundary-row", BoundaryKeepingDiscard)
+
+
 # --- storage: partial-KV axis ------------------------------------------------------------
 
 
@@ -422,6 +436,20 @@ BUGS: tuple[KnownBug, ...] = (
         "the boundary row, and every restored draft head recomputes row p-1 from it.",
         (f"{STORAGE}::test_strided_hidden_buffers_are_read_and_written_element_by_element",),
         "the captured boundary row is not hidden[1, 3] of the strided view",
+    ),
+    _bug(
+        discard_keeps_boundary_row,
+        "storage",
+        "ST11",
+        "Forgets a reused slot's recurrent and partial-KV records but not its boundary "
+        "row's, so a new checkpoint that did not capture the row restores the previous "
+        "checkpoint's h_(p-1) into the draft head without an error.",
+        (
+            f"{STORAGE}::test_discard_forgets_every_record_of_the_slot_and_keeps_every_byte",
+            f"{STORAGE}::test_a_reused_slot_refuses_the_parts_its_new_checkpoint_did_not_write",
+            f"{STATEFUL}::test_storage_matches_the_dictionary_model",
+        ),
+        "boundary row of a discarded slot was restored",
     ),
     _bug(
         zero_keeps_conv_window,

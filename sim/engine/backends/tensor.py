@@ -7,7 +7,8 @@ vocabulary (``prompt.tokens(vocab=...)``):
 - the live state (:class:`~reference.state.LiveState`) has one batch slot per engine
   batch slot and one KV page per KV-pool block, so blocks the pool shares between
   requests are *really* shared pages: a wrong sharing decision shows up as wrong numbers;
-- a capture at ``p`` is stored the way a serving engine stores it: at a chunk's end with
+- a capture at ``p`` is stored the way a serving engine stores it: the slot is discarded
+  (its records of an earlier checkpoint forgotten), then at a chunk's end with
   ``capture_recurrent``; strictly inside a chunk by the implementation's exporter (conv
   window from the chunk's raw conv inputs, state emitted by the prefill) plus the
   sliding-window rings; the partial page's ``p mod B`` rows with ``capture_partial_kv``;
@@ -239,6 +240,7 @@ class TensorBackend:
         """Write one capture; ``False`` if the implementation cannot (nothing written)."""
         snap = capture.slot - self._first_slot
         p = capture.position
+        storage.discard(snap)  # a new checkpoint: forget what the slot held before
         if p == end:
             storage.capture_recurrent(snap, batch_slot)
         else:
