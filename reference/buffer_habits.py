@@ -44,7 +44,8 @@ GRAPH_PADDING = 2
 
 @dataclass(frozen=True)
 class BufferHabits:
-    """Which engine habits the exactness harness plays (all off: a clean harness)."""
+    """Which buffer habits of real engines to play (in the exactness harness and the
+    simulation's tensor backend); all off is a clean harness."""
 
     padded_pools: bool = False
     reallocation: bool = False
