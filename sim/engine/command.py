@@ -100,9 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--buffer-habits",
         metavar="NAMES",
-        default="",
         help="real tensors: handle live buffers the way real engines do, a comma-separated "
-        f"list of {', '.join(HABIT_NAMES)}, or all (docs/SIMULATION.md section 3)",
+        f"list of {', '.join(HABIT_NAMES)}, or all (docs/SIMULATION.md section 3; "
+        "default: none)",
     )
     parser.add_argument(
         "--placement",
@@ -232,8 +232,10 @@ def option_message(message: str) -> str:
     return re.sub(r"SimConfig\.(\w+)(?:=(\S+))?", option, message)
 
 
-def habit_names(text: str) -> tuple[str, ...]:
+def habit_names(text: str | None) -> tuple[str, ...]:
     """The names ``--buffer-habits`` lists (comma-separated; ``all`` for every habit)."""
+    if text is None:
+        return ()
     if text.strip() == "all":
         return HABIT_NAMES
     return tuple(name.strip() for name in text.split(",") if name.strip())
