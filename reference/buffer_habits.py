@@ -137,6 +137,21 @@ class ExportBatch:
     destinations: torch.Tensor  # [rows]
     recurrent_rows: torch.Tensor | None  # [rows], or None: state i is row i's
 
+    def arguments(self) -> dict[str, torch.Tensor]:
+        """The keyword arguments of ``PrefillExporter.export`` but the two slabs
+        (``recurrent_rows`` only when set)."""
+        found = {
+            "raw_inputs": self.raw_inputs,
+            "cu_seqlens": self.cu_seqlens,
+            "initial_conv": self.initial_conv,
+            "emitted_states": self.emitted_states,
+            "offsets": self.offsets,
+            "destinations": self.destinations,
+        }
+        if self.recurrent_rows is not None:
+            found["recurrent_rows"] = self.recurrent_rows
+        return found
+
 
 def export_batch(
     habits: BufferHabits,
@@ -228,19 +243,10 @@ def export_inside_chunk(
                 destination=snap,
                 seed=offset,
             )
-            picked = (
-                {} if batch.recurrent_rows is None else {"recurrent_rows": batch.recurrent_rows}
-            )
             exporter.export(
-                raw_inputs=batch.raw_inputs,
-                cu_seqlens=batch.cu_seqlens,
-                initial_conv=batch.initial_conv,
-                emitted_states=batch.emitted_states,
-                offsets=batch.offsets,
-                destinations=batch.destinations,
+                **batch.arguments(),
                 conv_slab=storage.slab("recurrent", name),
                 state_slab=storage.slab("recurrent", state_name),
-                **picked,
             )
         elif part.startswith("ring"):  # sliding-window rings ride on the recurrent axis
             storage.slab("recurrent", name)[snap].copy_(emitted[name])

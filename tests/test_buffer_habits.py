@@ -95,18 +95,7 @@ def export_into_fresh_slabs(
     batch = export_batch(habits, raw, window, state, offset, destination, seed=7)
     conv_slab = torch.zeros(3, 3, 2, dtype=torch.float64)
     state_slab = torch.zeros(3, 2, 2, dtype=torch.float64)
-    picked = {} if batch.recurrent_rows is None else {"recurrent_rows": batch.recurrent_rows}
-    ReferenceExporter().export(
-        raw_inputs=batch.raw_inputs,
-        cu_seqlens=batch.cu_seqlens,
-        initial_conv=batch.initial_conv,
-        emitted_states=batch.emitted_states,
-        offsets=batch.offsets,
-        destinations=batch.destinations,
-        conv_slab=conv_slab,
-        state_slab=state_slab,
-        **picked,
-    )
+    ReferenceExporter().export(**batch.arguments(), conv_slab=conv_slab, state_slab=state_slab)
     return conv_slab, state_slab, raw, state
 
 
