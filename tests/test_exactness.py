@@ -195,6 +195,11 @@ HABITS = {
 STORED_BY = {"exporter": ((0, 13), (13, 20)), "capture": ((0, 10), (10, 20))}
 
 
+def habit_case(stored_by: str, draft: bool, habits: BufferHabits) -> Case:
+    """The worked prompt (all layer kinds, B=4, p=10) stored as ``stored_by`` says."""
+    return Case(ALL_KINDS, draft, 4, PROMPT, STORED_BY[stored_by], 10, SUFFIX, 3, habits)
+
+
 @pytest.mark.parametrize("draft", [False, True], ids=["no-draft", "draft"])
 @pytest.mark.parametrize("stored_by", STORED_BY)
 @pytest.mark.parametrize("habits", HABITS.values(), ids=HABITS.keys())
@@ -206,8 +211,7 @@ def test_engine_buffer_habits_keep_restores_exact(
     (destination -1, states picked by ``recurrent_rows``, graph padding after the last
     row), raw inputs sliced out of a wider projection: the restore is still exact, and
     the snapshot slot no checkpoint used keeps its bits (ST3, EX1-EX3, EX5)."""
-    prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
-    case = Case(ALL_KINDS, draft, 4, prompt, STORED_BY[stored_by], 10, (1, 7, 9, 11, 2), 3, habits)
+    case = habit_case(stored_by, draft, habits)
     require_case(impl, case)
     assert mismatches(play(impl, case), case) == []
 
@@ -215,6 +219,7 @@ def test_engine_buffer_habits_keep_restores_exact(
 # --- the same harness fails when the checkpoint is incomplete ----------------------------
 
 PROMPT = tuple((5 * i + 3) % VOCAB for i in range(20))
+SUFFIX = (1, 7, 9, 11, 2)
 #: A draft head, ``p mod B != 0``, stored by the exporter: every feature the harness has.
 EXAMPLE = Case(ALL_KINDS, True, 4, PROMPT, ((0, 13), (13, 20)), 10, (1, 7, 9, 11, 2), 3)
 #: No draft head, captured at a chunk end: needs nothing but storage, so the corruptions

@@ -49,14 +49,14 @@ from reference.errors import (
     SlotStateError,
     ValidRowsError,
 )
-from reference.exactness import VOCAB, Case, mismatches, play
+from reference.exactness import mismatches, play
 from reference.export import LayerExport, ReferenceExporter, export_to_storage
 from reference.impl import implementation as reference_implementation
 from reference.index import make_index
 from reference.state import LiveState
 from reference.storage import ReferenceStorage, bytes_per_slot
 from tests.pytest_runs import run_pytest
-from tests.test_exactness import ALL_KINDS, STORED_BY
+from tests.test_exactness import STORED_BY, habit_case
 from tests.test_storage import bits, poison, random_tensor, same_bits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1343,9 +1343,7 @@ def test_restores_through_the_gpu_layer_are_exact_with_every_engine_habit(
     padded pools, reallocation, shared exporter calls and sliced inputs at once
     (``reference.buffer_habits``). The tiny model runs on the CPU, so the kernels run
     interpreted, with ``--device=cuda`` too."""
-    prompt = tuple((5 * i + 3) % VOCAB for i in range(20))
-    chunks = STORED_BY[stored_by]
-    case = Case(ALL_KINDS, draft, 4, prompt, chunks, 10, (1, 7, 9, 11, 2), 3, BufferHabits.every())
+    case = habit_case(stored_by, draft, BufferHabits.every())
     assert mismatches(play(implementation(), case), case) == []
 
 

@@ -266,6 +266,15 @@ def test_sim_config_bounds() -> None:
         SimConfig(eviction="flop-aware", eviction_params={"alpha": float("nan")})
     with pytest.raises(InvalidConfigError, match="seed"):
         SimConfig(seed=-1)
+    with pytest.raises(InvalidConfigError, match="buffer_habits must be a sequence of names"):
+        SimConfig(backend="reference", buffer_habits="padded_pools")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="buffer_habits: buffer habits must be distinct"):
+        SimConfig(backend="reference", buffer_habits=("padded_pools", "padded_pools"))
+    with pytest.raises(InvalidConfigError, match="buffer_habits need a real-tensor backend"):
+        SimConfig(buffer_habits=("reallocation",))
+    assert SimConfig(backend="gpu", buffer_habits=["sliced_inputs"]).buffer_habits == (
+        "sliced_inputs",
+    )
     # A model without full-attention KV: the pool sized from GPU memory is capped.
     assert SimConfig(model="mamba2-2.7b").kv_capacity() == MAX_KV_BLOCKS
 

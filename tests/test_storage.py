@@ -963,7 +963,7 @@ MISUSE: dict[str, tuple[Call, type[HyckptError], str]] = {
     "discard slot past the end": (lambda s, h: s.discard(3), SlotOutOfRangeError, "3"),
     "discard slot -1": (lambda s, h: s.discard(-1), SlotOutOfRangeError, "-1"),
     "discard slot as a bool": (
-        lambda s, h: s.discard(False),  # type: ignore[arg-type]
+        lambda s, h: s.discard(False),
         SlotOutOfRangeError,
         "False",
     ),

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from reference.buffer_habits import BufferHabits
-from reference.exactness import VOCAB, Case, mismatches, play
+from reference.buffer_habits import CLEAN, BufferHabits
+from reference.exactness import mismatches, play
 from reference.loading import load_implementation
 from reference.vectors_replay import SessionTarget, replay_directory
 from tests.impls.bug_catalog import CATALOG, LAYERS
 from tests.impls.known_bug import KnownBug
 from tests.pytest_runs import ROOT, run_pytest
+from tests.test_exactness import habit_case
 
 CONFORMANCE_DOC = ROOT / "docs" / "CONFORMANCE.md"
 
@@ -164,16 +165,7 @@ BUFFER_BUGS = {
     "exporter-ignores-strides": "sliced_inputs",
 }
 #: A draft head, p mod B != 0, stored by the exporter.
-HABIT_CASE = Case(
-    ("mamba2", "gdn", "swa", "attn"),
-    True,
-    4,
-    tuple((5 * i + 3) % VOCAB for i in range(20)),
-    ((0, 13), (13, 20)),
-    10,
-    (1, 7, 9, 11, 2),
-    3,
-)
+HABIT_CASE = habit_case("exporter", True, CLEAN)
 
 
 @pytest.mark.parametrize("name", sorted(BUFFER_BUGS))

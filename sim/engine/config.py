@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,11 +281,13 @@ class SimConfig:
             )
         if self.backend == "external" and not self.impl:
             raise InvalidConfigError("backend 'external' needs impl='module:factory'")
+        if isinstance(self.buffer_habits, str) or not isinstance(self.buffer_habits, Sequence):
+            raise InvalidConfigError(
+                f"SimConfig.buffer_habits must be a sequence of names, got {self.buffer_habits!r}"
+            )
         try:
-            if isinstance(self.buffer_habits, str):
-                raise InvalidConfigError(f"a sequence of names, got {self.buffer_habits!r}")
             habits_named(self.buffer_habits)
-        except (InvalidConfigError, TypeError) as error:
+        except InvalidConfigError as error:
             raise InvalidConfigError(f"SimConfig.buffer_habits: {error}") from None
         object.__setattr__(self, "buffer_habits", tuple(self.buffer_habits))
         if self.buffer_habits and self.backend == "shadow":

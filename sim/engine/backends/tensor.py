@@ -21,9 +21,8 @@ vocabulary (``prompt.tokens(vocab=...)``):
 With buffer habits (:mod:`reference.buffer_habits`), the backend handles its buffers the
 way real engines do: live pools as views into a padded buffer; every live tensor
 reallocated when the storage is built, and the recurrent pools again before each request
-starts; exporter
-calls shared with rows that have no checkpoint; raw conv inputs sliced out of a wider
-projection.
+starts; exporter calls shared with rows that have no checkpoint; raw conv inputs sliced
+out of a wider projection.
 
 Decode steps do not touch the tensors (the workload supplies the next turn's tokens, so
 no later computation reads decode state), and the model has no draft head.
