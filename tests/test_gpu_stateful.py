@@ -4,9 +4,9 @@ A Hypothesis state machine drives a :class:`reference.storage.ReferenceStorage` 
 and a :class:`gpu.storage.GpuStorage` (``--device``) built from equal live states, the
 GPU side's live tensors in a non-contiguous layout. Each rule applies one operation to
 both — single-pair Protocol calls and batched calls (the reference applies a batch pair
-by pair), live writes, slab writes with ``mark_recurrent_captured``, out-of-range and
-never-captured arguments, batches writing a destination twice — on the current stream
-or on a side stream after an event. A call the reference rejects must be rejected by
+by pair), live writes, slab writes with ``mark_recurrent_captured``, ``discard``,
+out-of-range and never-captured arguments, batches writing a destination twice — on the
+current stream or on a side stream after an event. A call the reference rejects must be rejected by
 the GPU storage with the same error type and message (a batch: what its first bad
 pair raises; a repeated destination: ``SlotStateError``) and change nothing. After
 every step every slab, live tensor, the hidden tensor and every record must match bit
@@ -336,6 +336,24 @@ class GpuStorageMachine(RuleBasedStateMachine):
             repeated=len(set(rows)) < len(rows),
             axis=(0, 0, 0),
         )
+
+    # --- a slot handed out for a new checkpoint ------------------------------------------
+
+    @rule(snap=index(max(RECURRENT_SLOTS, PARTIAL_SLOTS)))
+    def discard(self, snap: int) -> None:
+        """Both forget every record of the slot (or both reject it with the same error)."""
+        self.twin.check()  # the caller orders discard after the slot's pending copies
+        trial = copy.deepcopy(self.twin.ref)
+        try:
+            trial.discard(snap)
+        except HyckptError as expected:
+            with pytest.raises(HyckptError) as raised:
+                self.twin.gpu.discard(snap)
+            assert type(raised.value) is type(expected), (raised.value, expected)
+            assert str(raised.value) == str(expected)
+            return
+        self.twin.ref.discard(snap)
+        self.twin.gpu.discard(snap)
 
     # --- the comparison -----------------------------------------------------------------
 
