@@ -8,6 +8,10 @@ every step all slabs, live tensors, the hidden tensor and the capture records mu
 match the model bit for bit; a call the model expects to fail must raise one of the
 typed errors that apply and change nothing.
 
+Restores mostly pick slots the model says hold a capture, with the rows they hold, and
+one rule plays a checkpoint's whole life (discard, capture, model step, restore); with
+uniform arguments a restore rarely meets its capture and most copies are never checked.
+
 Operations the implementation does not declare are switched off by precondition (paired
 partial KV needs ``"draft-pairing"``, boundary hidden rows ``"boundary-hidden"``), so the
 rest still runs against an implementation without them.
@@ -15,6 +19,7 @@ rest still runs against an implementation without them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pytest
@@ -63,6 +68,28 @@ def index(bound: int) -> st.SearchStrategy[int]:
 def rows() -> st.SearchStrategy[int]:
     """A ``valid`` row count in ``[0, B]``, and now and then ``-1`` or ``B + 1``."""
     return st.sampled_from([*range(BLOCK + 1)] * 3 + [-1, BLOCK + 1])
+
+
+def held_or_any(data: st.DataObject, held: Iterable[int], bound: int) -> int:
+    """A snapshot slot for a restore: three times in four one the model says holds a
+    capture (if any does), else any :func:`index`. Uniform slots would mostly restore slots that
+    were never captured, or were captured for the other kind of restore, and a restore
+    that copies is where most storage bugs show."""
+    choices = sorted(held)
+    strategy = index(bound)
+    if choices:
+        held_slot = st.sampled_from(choices)
+        strategy = st.one_of(held_slot, held_slot, held_slot, strategy)
+    return data.draw(strategy, label="snapshot slot")
+
+
+def restore_rows(data: st.DataObject, held: tuple[int, bool] | None) -> int:
+    """``valid`` for a partial restore: half the time the rows the slot holds (what an
+    engine restoring its checkpoint asks for), else any :func:`rows`."""
+    strategy = rows()
+    if held is not None:
+        strategy = st.one_of(st.just(held[0]), strategy)
+    return data.draw(strategy, label="valid")
 
 
 @dataclass
@@ -180,8 +207,11 @@ class StorageMachine(RuleBasedStateMachine):
                 self.model.slots["recurrent", name][snap] = row.clone()
             self.model.recurrent.add(snap)
 
-    @rule(snap=index(RECURRENT_SLOTS), batch=index(BATCH_SLOTS))
-    def restore_recurrent(self, snap: int, batch: int) -> None:
+    @rule(data=st.data(), batch=index(BATCH_SLOTS))
+    def restore_recurrent(self, data: st.DataObject, batch: int) -> None:
+        self._restore_recurrent(held_or_any(data, self.model.recurrent, RECURRENT_SLOTS), batch)
+
+    def _restore_recurrent(self, snap: int, batch: int) -> None:
         errors = self._range((snap, RECURRENT_SLOTS), (batch, BATCH_SLOTS))
         if 0 <= snap < RECURRENT_SLOTS and snap not in self.model.recurrent:
             errors.add(NeverCapturedError)
@@ -238,8 +268,13 @@ class StorageMachine(RuleBasedStateMachine):
             self._copy_rows("kv", snap, page, valid, capture=True)
             self.model.partial[snap] = (valid, False)
 
-    @rule(snap=index(PARTIAL_SLOTS), page=index(NUM_PAGES), valid=rows())
-    def restore_partial_kv(self, snap: int, page: int, valid: int) -> None:
+    @rule(data=st.data(), page=index(NUM_PAGES))
+    def restore_partial_kv(self, data: st.DataObject, page: int) -> None:
+        snap = held_or_any(data, self.model.partial, PARTIAL_SLOTS)
+        valid = restore_rows(data, self.model.partial.get(snap))
+        self._restore_partial_kv(snap, page, valid)
+
+    def _restore_partial_kv(self, snap: int, page: int, valid: int) -> None:
         errors = self._partial_errors(snap, [page], valid, restore=True, paired=False)
         if self._run(errors, self.storage.restore_partial_kv, snap, page, valid):
             self._copy_rows("kv", snap, page, valid, capture=False)
@@ -254,8 +289,14 @@ class StorageMachine(RuleBasedStateMachine):
             self.model.partial[snap] = (valid, True)
 
     @precondition(lambda self: self.pairing)
-    @rule(snap=index(PARTIAL_SLOTS), base=index(NUM_PAGES), draft=index(NUM_PAGES), valid=rows())
-    def restore_partial_kv_paired(self, snap: int, base: int, draft: int, valid: int) -> None:
+    @rule(data=st.data(), base=index(NUM_PAGES), draft=index(NUM_PAGES))
+    def restore_partial_kv_paired(self, data: st.DataObject, base: int, draft: int) -> None:
+        paired = [slot for slot, (_, with_draft) in self.model.partial.items() if with_draft]
+        snap = held_or_any(data, paired, PARTIAL_SLOTS)
+        valid = restore_rows(data, self.model.partial.get(snap))
+        self._restore_partial_kv_paired(snap, base, draft, valid)
+
+    def _restore_partial_kv_paired(self, snap: int, base: int, draft: int, valid: int) -> None:
         errors = self._partial_errors(snap, [base, draft], valid, restore=True, paired=True)
         if self._run(errors, self.storage.restore_partial_kv_paired, snap, base, draft, valid):
             self._copy_rows("kv", snap, base, valid, capture=False)
@@ -281,8 +322,9 @@ class StorageMachine(RuleBasedStateMachine):
             self.model.boundary.add(snap)
 
     @precondition(lambda self: self.boundary)
-    @rule(snap=index(RECURRENT_SLOTS), batch=index(HIDDEN_SHAPE[0]), pos=index(HIDDEN_SHAPE[1]))
-    def restore_boundary_hidden(self, snap: int, batch: int, pos: int) -> None:
+    @rule(data=st.data(), batch=index(HIDDEN_SHAPE[0]), pos=index(HIDDEN_SHAPE[1]))
+    def restore_boundary_hidden(self, data: st.DataObject, batch: int, pos: int) -> None:
+        snap = held_or_any(data, self.model.boundary, RECURRENT_SLOTS)
         errors = self._hidden_errors(snap, batch, pos)
         if 0 <= snap < RECURRENT_SLOTS and snap not in self.model.boundary:
             errors.add(NeverCapturedError)
@@ -304,6 +346,39 @@ class StorageMachine(RuleBasedStateMachine):
             self.model.recurrent.discard(snap)
             self.model.boundary.discard(snap)
             self.model.partial.pop(snap, None)
+
+    # --- one checkpoint's life, as an engine lives it -------------------------------------
+
+    @rule(
+        snap=st.integers(0, PARTIAL_SLOTS - 1),
+        batch=st.integers(0, BATCH_SLOTS - 1),
+        pages=st.tuples(*[st.integers(0, NUM_PAGES - 1)] * 4),
+        valid=st.integers(1, BLOCK),
+        seed=st.integers(0, 2**16),
+    )
+    def checkpoint_round_trip(
+        self, snap: int, batch: int, pages: tuple[int, int, int, int], valid: int, seed: int
+    ) -> None:
+        """Hand out a slot (``discard``), capture a request into it (recurrent state and
+        its partial page, paired with the draft page where the storage pairs), let the
+        model overwrite the live state, then restore the checkpoint into a batch slot and
+        pages that may differ. Only valid arguments: the other rules mostly explore single
+        calls and misuse, and rarely line up a capture with its restore."""
+        base, draft, to_base, to_draft = pages
+        self.discard(snap)
+        self.capture_recurrent(snap, batch)
+        paired = self.pairing and self.draft
+        if paired:
+            self.capture_partial_kv_paired(snap, base, draft, valid)
+        else:
+            self.capture_partial_kv(snap, base, valid)
+        for group, where in (("recurrent", batch), ("kv", base), ("draft_kv", draft)):
+            self.write_live(group, where, seed)
+        self._restore_recurrent(snap, batch)
+        if paired:
+            self._restore_partial_kv_paired(snap, to_base, to_draft, valid)
+        else:
+            self._restore_partial_kv(snap, to_base, valid)
 
     # --- the comparison -----------------------------------------------------------------
 
