@@ -188,13 +188,16 @@ class FlopAwarePolicy:
             return None
         uses = [self._last_use[slot] for slot in candidates]
         gains = [self._efficiency[slot] for slot in candidates]
+        # The ranges once per eviction, not once per candidate: O(entries), not O(entries²).
+        use_range, gain_range = (min(uses), max(uses)), (min(gains), max(gains))
 
-        def normalise(value: float, low: float, high: float) -> float:
+        def normalise(value: float, bounds: tuple[float, float]) -> float:
+            low, high = bounds
             return 0.0 if high == low else (value - low) / (high - low)
 
         def utility(slot: int) -> tuple[float, int]:
-            recency = normalise(self._last_use[slot], min(uses), max(uses))
-            gain = normalise(self._efficiency[slot], min(gains), max(gains))
+            recency = normalise(self._last_use[slot], use_range)
+            gain = normalise(self._efficiency[slot], gain_range)
             return recency + self.alpha * gain, self._last_use[slot]  # ties: older first
 
         return min(candidates, key=utility)
