@@ -369,6 +369,8 @@ class ReferenceIndex:
             InvalidConfigError: ``cost`` is not an :class:`EntryCost` with
                 ``cost.tokens == tokens``, an int ``bytes >= 1`` and a finite
                 ``flops_saved >= 0`` (see :func:`check_cost`).
+            SlotStateError: the eviction policy chose a victim that may not be evicted
+                (pinned, reserved, free, or not a slot of this index); nothing changed.
         """
         check_count("tokens", tokens, minimum=1)
         hashed = self.hashed(namespace, prompt, extras)
@@ -551,6 +553,7 @@ class ReferenceIndex:
         victim = self._policy.victim(self._evictable)
         if victim is None:
             return None
+        self._check_victim(victim)
         entry = self._slots[victim - self._first]
         assert entry is not None
         del self._by_key[entry.key]
@@ -558,6 +561,34 @@ class ReferenceIndex:
         self._unpublish(entry)
         self._slots[victim - self._first] = None
         return victim
+
+    def _check_victim(self, victim: object) -> None:
+        """The policy's choice, checked before anything changes: a policy object is user
+        code, and evicting a pinned or reserved slot would hand out a slot that a restore
+        is reading or a writer is filling (DESIGN §3)."""
+        name = getattr(self._policy, "name", type(self._policy).__name__)
+        if not isinstance(victim, int) or not (
+            self._first <= victim < self._first + self._capacity
+        ):
+            raise SlotStateError(
+                f"eviction policy {name!r} chose slot {victim!r}, which is not a slot of this "
+                f"index ({self._first}..{self._first + self._capacity - 1}); victim() must "
+                "return a slot for which its evictable(slot) argument is true, or None"
+            )
+        if not self._evictable(victim):
+            entry = self._slots[victim - self._first]
+            why = (
+                "free"
+                if entry is None
+                else f"pinned ({entry.pins} pins)"
+                if entry.state is SlotState.PUBLISHED
+                else entry.state.name.lower()
+            )
+            raise SlotStateError(
+                f"eviction policy {name!r} chose slot {victim}, which is {why} and may not be "
+                "evicted; victim() must return a slot for which its evictable(slot) argument "
+                "is true, or None"
+            )
 
     def _evictable(self, slot: int) -> bool:
         entry = self._slots[slot - self._first]

@@ -916,5 +916,48 @@ def test_a_policy_that_fails_at_publish_changes_nothing(then: str) -> None:
     assert (newest.tokens, previous.tokens) == (64, 48) and newest.slot != previous.slot
 
 
+class _ChosenVictim(LruPolicy):
+    """An LRU policy whose ``victim`` returns ``choice`` whatever ``evictable`` says."""
+
+    name = "chosen"
+    choice: object = None
+
+    def victim(self, evictable: Callable[[int], bool]) -> Any:
+        return self.choice
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        (0, r"slot 0, which is pinned \(1 pins\)"),
+        (1, r"slot 1, which is reserved"),
+        (7, r"slot 7, which is not a slot of this index \(0\.\.1\)"),
+        ("0", r"slot '0', which is not a slot of this index"),
+    ],
+    ids=["pinned", "reserved", "out of range", "not an int"],
+)
+def test_a_policy_choosing_an_unevictable_victim_is_refused_before_anything_changes(
+    choice: object, message: str
+) -> None:
+    """Policy objects are user code; the index checks their choice, so a pinned slot
+    (a restore reads it) or a reserved one (a writer fills it) is never handed out."""
+    policy = _ChosenVictim()
+    index = ReferenceIndex(2, eviction=policy)
+    write(index, PROMPT, 16)
+    assert index.lookup(MODEL, PROMPT, 0, 16) == (16, 0)
+    index.pin(0)
+    reserved = index.reserve(MODEL, PROMPT, 32)
+    assert isinstance(reserved, Reservation) and reserved.slot == 1
+    before = snapshot(index)
+    policy.choice = choice
+    with pytest.raises(SlotStateError, match=message):
+        index.reserve(MODEL, PROMPT, 48)
+    assert snapshot(index) == before
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (16, 0)
+    assert index.reserve(MODEL, PROMPT, 32) == AlreadyCached(1, published=False)
+    assert index.publish(reserved) is True
+    assert index.lookup(MODEL, PROMPT, 0, 64) == (32, 1)
+
+
 def test_index_satisfies_the_protocol(impl: Implementation) -> None:
     assert isinstance(impl.make_index(1), CheckpointIndex)
