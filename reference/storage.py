@@ -39,7 +39,7 @@ The reference copies synchronously with ``Tensor.copy_`` and ignores ``stream``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -66,16 +66,31 @@ HIDDEN = "hidden"
 
 
 @dataclass(frozen=True)
-class SlotBytes:
+class SlotBytes(Mapping[str, int]):
     """Bytes one snapshot slot occupies, per slab, on each axis.
 
     Keys are ``"group/name"`` (``"recurrent/0.conv"``, ``"boundary_hidden/hidden"``,
-    ``"kv/3.k"``, ``"draft_kv/3.k"``); a mapping can be passed as is to
-    :func:`reference.index.capacity_for_budget`.
+    ``"kv/3.k"``, ``"draft_kv/3.k"``). Pass it to
+    :func:`reference.index.capacity_for_budget` for an index whose slot numbers a slot on
+    both axes (as the exactness harness and the simulation use them): as a mapping it
+    holds every slab of both axes. For one pool per axis pass ``recurrent`` or
+    ``partial_kv`` instead.
     """
 
     recurrent: Mapping[str, int]
     partial_kv: Mapping[str, int]
+
+    def __getitem__(self, slab: str) -> int:
+        if slab in self.recurrent:
+            return self.recurrent[slab]
+        return self.partial_kv[slab]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.recurrent
+        yield from self.partial_kv
+
+    def __len__(self) -> int:
+        return len(self.recurrent) + len(self.partial_kv)
 
     @property
     def recurrent_total(self) -> int:

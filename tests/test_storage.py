@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from reference.api import Implementation, SnapshotStorage
 from reference.errors import (
     AxisNotConfiguredError,
+    BudgetTooSmallError,
     HyckptError,
     InvalidConfigError,
     LayoutMismatchError,
@@ -305,6 +306,20 @@ def test_bytes_per_slot_needs_no_allocation() -> None:
     assert dict(sizes.partial_kv) == {"kv/1.k": 256 * 8 * 128 * 2, "draft_kv/1.k": 256 * 128 * 4}
     budget = 10 * sizes.partial_kv_total + 1
     assert capacity_for_budget(budget, sizes.partial_kv) == 10
+
+
+def test_bytes_per_slot_sizes_a_pool_whose_slot_spans_both_axes() -> None:
+    """Passed as is, the sizes count every slab of both axes: one index slot numbers a
+    recurrent slot (with its boundary row) and a partial-KV slot (base and draft page)."""
+    live = make_live(torch.Generator().manual_seed(0), torch.bfloat16, draft=True)
+    sizes = bytes_per_slot(live, HIDDEN_DIM, torch.float32)
+    assert dict(sizes) == {**sizes.recurrent, **sizes.partial_kv}
+    assert len(sizes) == len(sizes.recurrent) + len(sizes.partial_kv)
+    assert {"boundary_hidden/hidden", "draft_kv/2.k"} <= set(sizes)
+    both = sizes.recurrent_total + sizes.partial_kv_total
+    assert capacity_for_budget(7 * both + both - 1, sizes) == 7
+    with pytest.raises(BudgetTooSmallError, match=f"at least {both} bytes"):
+        capacity_for_budget(both - 1, sizes)
 
 
 # --- recurrent axis ----------------------------------------------------------------------
