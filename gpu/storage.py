@@ -253,7 +253,11 @@ class GpuStorage(ReferenceStorage):
         slots of bytes.
         """
         self._require_recurrent()
-        batches = [self._batch_slot(b) for b in _ints("batch_slots", batch_slots)]
+        batches: list[int] = []
+        for b in _ints("batch_slots", batch_slots):  # the reference's order, pair by pair
+            batches.append(self._batch_slot(b))
+            if len(batches) == 1:
+                self._checked_live(RECURRENT)
         _check_destinations(RECURRENT, self._checked_live(RECURRENT))
         pairs = pair_rows([0] * len(batches), batches)
         return self._launch((RECURRENT,), pairs, stream, after, to_live=True, zero=True)
@@ -333,11 +337,12 @@ class GpuStorage(ReferenceStorage):
     ) -> dev.Event:
         """``live[pages[i], :valids[i]] = slab[snapshot_slots[i], :valids[i]]``.
 
-        Rows ``>= valids[i]`` of each page are untouched. Pages must be distinct.
+        Rows ``>= valids[i]`` of each page are untouched. Pages that receive rows must be
+        distinct (a pair with ``valids[i] == 0`` writes nothing).
         """
         checked = self._partial_pairs(snapshot_slots, pages, valids, restore=True)
         _check_destinations(KV, self._checked_live(KV))
-        _distinct("page", [p for _, p, _ in checked])
+        _distinct("page", [p for _, p, valid in checked if valid > 0])
         snaps, pages_, valids_ = _columns(checked, 0, 1, 2)
         pairs = pair_rows(snaps, pages_, None, valids_)
         return self._launch((KV,), pairs, stream, after, to_live=True)
@@ -374,13 +379,17 @@ class GpuStorage(ReferenceStorage):
         after: dev.Event | None = None,
     ) -> dev.Event:
         """Write rows ``[0, valids[i])`` of ``base_pages[i]`` and ``draft_pages[i]`` from
-        ``snapshot_slots[i]`` (captured paired). Base pages must be distinct, and draft
-        pages too."""
+        ``snapshot_slots[i]`` (captured paired). Base pages that receive rows must be
+        distinct, and draft pages too: a pair with ``valids[i] == 0`` writes nothing, and
+        on a storage without base pages (a draft head on a model without full attention)
+        ``base_pages`` are only range-checked."""
         checked = self._paired_pairs(snapshot_slots, base_pages, draft_pages, valids, True)
         _check_destinations(KV, self._checked_live(KV))
         _check_destinations(DRAFT_KV, self._checked_live(DRAFT_KV))
-        _distinct("base page", [c[1] for c in checked])
-        _distinct("draft page", [c[2] for c in checked])
+        writing = [c for c in checked if c[3] > 0]
+        if self._slabs[KV]:
+            _distinct("base page", [c[1] for c in writing])
+        _distinct("draft page", [c[2] for c in writing])
         pairs = pair_rows(*_columns(checked, 0, 1, 2, 3))
         return self._launch((KV, DRAFT_KV), pairs, stream, after, to_live=True)
 

@@ -252,7 +252,7 @@ class GpuStorageMachine(RuleBasedStateMachine):
     def restore_partial_kv(
         self, pairs: list[tuple[int, int, int]], single: bool, side: bool
     ) -> None:
-        pages = [p[1] for p in pairs]
+        pages = [p[1] for p in pairs if p[2] > 0]  # valid 0 writes no page
         self._apply(
             "restore_partial_kv",
             pairs,
@@ -288,7 +288,8 @@ class GpuStorageMachine(RuleBasedStateMachine):
     def restore_partial_kv_paired(
         self, pairs: list[tuple[int, int, int, int]], single: bool, side: bool
     ) -> None:
-        bases, drafts = [p[1] for p in pairs], [p[2] for p in pairs]
+        writing = [p for p in pairs if p[3] > 0]  # valid 0 writes no page
+        bases, drafts = [p[1] for p in writing], [p[2] for p in writing]
         repeated = len(set(bases)) < len(bases) or len(set(drafts)) < len(drafts)
         self._apply(
             "restore_partial_kv_paired",

@@ -47,6 +47,7 @@ from reference.errors import (
     HyckptError,
     InvalidConfigError,
     LayoutMismatchError,
+    SlotOutOfRangeError,
     SlotStateError,
 )
 from reference.state import LiveState
@@ -820,6 +821,55 @@ def test_a_paired_restore_batch_may_restore_equal_row_counts(device: torch.devic
     with pytest.raises(SlotStateError, match="one batch writes draft page 0 twice"):
         twin.gpu.restore_partial_kv_paired_batch([1, 1], [2, 1], [0, 0], [1, 2])
     twin.check()
+
+
+def test_restore_batches_count_only_pages_that_receive_rows(device: torch.device) -> None:
+    """A pair with ``valid = 0`` writes no page, and the base pages of a storage with
+    draft pages only are never written: neither is a repeated destination, so the batch
+    is applied like the reference's single calls."""
+    twin = Twin.build(PAIRED, 21, device, 0, 2)
+    for storage in (twin.ref, twin.gpu):
+        storage.capture_partial_kv(0, 1, 2)
+        storage.capture_partial_kv_paired(1, 0, 3, 3)
+    twin.poison_live()
+    twin.events.append(twin.gpu.restore_partial_kv_batch([0, 0], [2, 2], [2, 0]))
+    twin.events.append(twin.gpu.restore_partial_kv_paired_batch([1, 1], [3, 3], [1, 1], [0, 3]))
+    for snap, page, valid in ((0, 2, 2), (0, 2, 0)):
+        twin.ref.restore_partial_kv(snap, page, valid)
+    for base, valid in ((3, 0), (3, 3)):
+        twin.ref.restore_partial_kv_paired(1, base, 1, valid)
+    twin.check()
+
+    draft_only = Twin.build(DRAFT_ONLY, 22, device, 0, 2)
+    for storage in (draft_only.ref, draft_only.gpu):
+        storage.capture_partial_kv_paired(0, 0, 1, 2)
+        storage.capture_partial_kv_paired(1, 0, 2, 2)
+    draft_only.poison_live()
+    event = draft_only.gpu.restore_partial_kv_paired_batch([0, 1], [0, 0], [2, 0], [2, 2])
+    draft_only.events.append(event)
+    draft_only.ref.restore_partial_kv_paired(0, 0, 2, 2)
+    draft_only.ref.restore_partial_kv_paired(1, 0, 0, 2)
+    draft_only.check()
+    with pytest.raises(SlotStateError, match="one batch writes draft page 2 twice"):
+        draft_only.gpu.restore_partial_kv_paired_batch([0, 1], [0, 1], [2, 2], [1, 2])
+    draft_only.check()
+
+
+def test_a_zero_batch_checks_the_live_layout_after_its_first_slot(device: torch.device) -> None:
+    """Pair by pair, as the reference's single calls: a changed layout is reported before
+    an out-of-range batch slot in a later pair."""
+    twin = Twin.build(FULL, 23, device, 1, 1)
+    for live in (twin.ref_live, twin.gpu_live):
+        name = next(iter(live.recurrent))
+        live.recurrent[name] = live.recurrent[name][:, :1].clone()
+    with pytest.raises(LayoutMismatchError) as expected:
+        for batch in (0, 7):
+            twin.ref.zero_recurrent(batch)
+    with pytest.raises(LayoutMismatchError) as raised:
+        twin.gpu.zero_recurrent_batch([0, 7])
+    assert str(raised.value) == str(expected.value)
+    with pytest.raises(SlotOutOfRangeError):
+        twin.gpu.zero_recurrent_batch([7, 0])
 
 
 # --- gpu.device without a GPU ---------------------------------------------------------------
