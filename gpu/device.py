@@ -185,6 +185,20 @@ def synchronize(event: Event | None) -> None:
         event.synchronize()
 
 
+def indices_ready(after: Event | None, *indices: object) -> None:
+    """Block the host until ``after`` completed if any of ``indices`` is a CUDA tensor.
+
+    Batched calls read their index tensors on the host to validate and plan them
+    (``.tolist()``), before their copies are enqueued behind ``after``. That read waits
+    only for the current stream, so indices written by the work ``after`` stands for
+    could be read before they are ready. Host sequences and CPU tensors need no wait.
+    """
+    if after is not None and any(
+        isinstance(value, torch.Tensor) and value.is_cuda for value in indices
+    ):
+        after.synchronize()
+
+
 def keep_alive(tensors: Sequence[torch.Tensor], stream: Stream) -> None:
     """Tell PyTorch's caching allocator that ``tensors`` are used on ``stream``, so their
     memory is not handed out again before the work enqueued there completes.

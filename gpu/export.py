@@ -55,6 +55,8 @@ _KEYS = (
     "state_slab",
     "recurrent_rows",
 )
+#: The index tensors among them, which the plan reads on the host.
+_INDEX_KEYS = ("cu_seqlens", "offsets", "destinations", "recurrent_rows")
 
 
 class ExportDone(NamedTuple):
@@ -156,6 +158,7 @@ class GpuExporter:
                 :func:`~reference.export.plan_export`.
         """
         plans = []
+        dev.indices_ready(after, *(call.get(name) for call in calls for name in _INDEX_KEYS))
         for call in calls:
             missing = sorted(set(_KEYS) - {"recurrent_rows"} - set(call))
             if missing:
@@ -182,6 +185,7 @@ def export_layers_to_storage(
     Publish them only once the returned event completed
     (:func:`gpu.device.publish_when_done`).
     """
+    dev.indices_ready(after, cu_seqlens, offsets, destinations, recurrent_rows)
     plans = plan_export_to_storage(
         storage,
         layers,

@@ -252,6 +252,7 @@ class GpuStorage(ReferenceStorage):
         of the ``[batch_slots, *shape]`` tensors); writes ``len(batch_slots)`` recurrent
         slots of bytes.
         """
+        dev.indices_ready(after, batch_slots)
         self._require_recurrent()
         batches: list[int] = []
         for b in _ints("batch_slots", batch_slots):  # the reference's order, pair by pair
@@ -276,6 +277,7 @@ class GpuStorage(ReferenceStorage):
         (:meth:`recurrent_bytes_per_slot` without the boundary row, in bytes). Snapshot
         slots must be distinct; the records of all of them change.
         """
+        dev.indices_ready(after, snapshot_slots, batch_slots)
         checked = self._recurrent_pairs(snapshot_slots, batch_slots, restore=False)
         _distinct("snapshot slot", [s for s, _ in checked])
         pairs = pair_rows(*_columns(checked, 0, 1))
@@ -297,6 +299,7 @@ class GpuStorage(ReferenceStorage):
         Every snapshot slot must have been captured; batch slots must be distinct. One
         launch, as for captures.
         """
+        dev.indices_ready(after, snapshot_slots, batch_slots)
         checked = self._recurrent_pairs(snapshot_slots, batch_slots, restore=True)
         _check_destinations(RECURRENT, self._checked_live(RECURRENT))
         _distinct("batch slot", [b for _, b in checked])
@@ -317,6 +320,7 @@ class GpuStorage(ReferenceStorage):
         One launch; pair ``i`` moves ``valids[i]`` token rows of every base page tensor
         (pages ``[B, kv_heads, head_dim]``). Snapshot slots must be distinct.
         """
+        dev.indices_ready(after, snapshot_slots, pages, valids)
         checked = self._partial_pairs(snapshot_slots, pages, valids, restore=False)
         _distinct("snapshot slot", [s for s, _, _ in checked])
         snaps, pages_, valids_ = _columns(checked, 0, 1, 2)
@@ -340,6 +344,7 @@ class GpuStorage(ReferenceStorage):
         Rows ``>= valids[i]`` of each page are untouched. Pages that receive rows must be
         distinct (a pair with ``valids[i] == 0`` writes nothing).
         """
+        dev.indices_ready(after, snapshot_slots, pages, valids)
         checked = self._partial_pairs(snapshot_slots, pages, valids, restore=True)
         _check_destinations(KV, self._checked_live(KV))
         _distinct("page", [p for _, p, valid in checked if valid > 0])
@@ -360,6 +365,7 @@ class GpuStorage(ReferenceStorage):
         """Capture rows ``[0, valids[i])`` of ``base_pages[i]`` and ``draft_pages[i]`` into
         ``snapshot_slots[i]``: base and draft slabs of every pair in one launch. Snapshot
         slots must be distinct."""
+        dev.indices_ready(after, snapshot_slots, base_pages, draft_pages, valids)
         checked = self._paired_pairs(snapshot_slots, base_pages, draft_pages, valids, False)
         _distinct("snapshot slot", [c[0] for c in checked])
         pairs = pair_rows(*_columns(checked, 0, 1, 2, 3))
@@ -383,6 +389,7 @@ class GpuStorage(ReferenceStorage):
         distinct, and draft pages too: a pair with ``valids[i] == 0`` writes nothing, and
         on a storage without base pages (a draft head on a model without full attention)
         ``base_pages`` are only range-checked."""
+        dev.indices_ready(after, snapshot_slots, base_pages, draft_pages, valids)
         checked = self._paired_pairs(snapshot_slots, base_pages, draft_pages, valids, True)
         _check_destinations(KV, self._checked_live(KV))
         _check_destinations(DRAFT_KV, self._checked_live(DRAFT_KV))
@@ -408,6 +415,7 @@ class GpuStorage(ReferenceStorage):
         ``hidden [batch, seq, d]`` may have any strides; each pair moves one row of ``d``
         elements. Snapshot slots must be distinct.
         """
+        dev.indices_ready(after, snapshot_slots, batch_slots, positions)
         checked = self._hidden_pairs(snapshot_slots, hidden, batch_slots, positions, False)
         _distinct("snapshot slot", [c[0] for c in checked])
         event = self._launch_hidden(hidden, checked, stream, after, to_live=False)
@@ -427,6 +435,7 @@ class GpuStorage(ReferenceStorage):
     ) -> dev.Event:
         """``hidden[batch_slots[i], positions[i], :] = slab[snapshot_slots[i]]``; nothing
         else written. The ``(batch_slot, position)`` rows must be distinct."""
+        dev.indices_ready(after, snapshot_slots, batch_slots, positions)
         checked = self._hidden_pairs(snapshot_slots, hidden, batch_slots, positions, True)
         if checked:
             check_writable("hidden", hidden)

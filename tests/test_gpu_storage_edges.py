@@ -35,6 +35,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
@@ -870,6 +871,63 @@ def test_a_zero_batch_checks_the_live_layout_after_its_first_slot(device: torch.
     assert str(raised.value) == str(expected.value)
     with pytest.raises(SlotOutOfRangeError):
         twin.gpu.zero_recurrent_batch([7, 0])
+
+
+class _DeviceIndices(torch.Tensor):
+    """An index tensor that says it is on CUDA and logs each host read (``tolist``)."""
+
+    log: list[str]
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    def tolist(self) -> Any:
+        _DeviceIndices.log.append("host reads indices")
+        return super().tolist()
+
+
+class _LoggedEvent:
+    """An event that logs when the host waits for it."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        _DeviceIndices.log.append("host waits for after")
+
+
+def on_device(*values: list[int]) -> list[torch.Tensor]:
+    return [torch.tensor(v).as_subclass(_DeviceIndices) for v in values]
+
+
+def test_device_index_tensors_are_read_only_after_the_after_event(device: torch.device) -> None:
+    """docs/GPU.md: the host reads index tensors to validate them; CUDA ones may be
+    written by the work ``after`` stands for, so the host waits for it first. Host lists
+    (or no ``after``) need no wait."""
+    from gpu.export import GpuExporter
+    from tests.test_gpu_kernel_edges import export_call
+
+    twin = Twin.build(FULL, 24, device, 2, 2)
+    storage = twin.gpu
+    _DeviceIndices.log = []
+    storage.capture_recurrent_batch(*on_device([0, 1], [2, 0]), after=_LoggedEvent())  # type: ignore[arg-type]
+    assert _DeviceIndices.log[0] == "host waits for after"
+    assert _DeviceIndices.log.count("host waits for after") == 1
+    assert "host reads indices" in _DeviceIndices.log
+    _DeviceIndices.log = []
+    storage.capture_recurrent_batch([0, 1], [2, 0], after=_LoggedEvent())  # type: ignore[arg-type]
+    storage.capture_recurrent_batch(*on_device([0, 1], [2, 0]))
+    assert _DeviceIndices.log == ["host reads indices"] * 2
+
+    call: dict[str, torch.Tensor] = export_call(device)
+    for name in ("cu_seqlens", "offsets", "destinations"):
+        call[name] = call[name].as_subclass(_DeviceIndices)
+    _DeviceIndices.log = []
+    GpuExporter().export_layers([call], after=_LoggedEvent())  # type: ignore[arg-type]
+    assert _DeviceIndices.log[0] == "host waits for after"
+    assert _DeviceIndices.log.count("host waits for after") == 1
+    assert call["state_slab"].tolist() == [[5.0, 6.0]]
 
 
 # --- gpu.device without a GPU ---------------------------------------------------------------
