@@ -144,6 +144,10 @@ def test_preemption_and_resumption() -> None:
     assert m.preemptions > 0
     assert m.requests_finished == 80
     assert m.recomputed_tokens > m.prompt_tokens - m.hit_tokens  # preempted work is redone
+    # Output a preemption threw away is decoded again: counted as work, not as output.
+    delivered = sum(max(1, r.output_tokens) for r in requests("agentic_loop", 80, seed=2))
+    assert m.discarded_decode_tokens > 0
+    assert m.decode_tokens - m.discarded_decode_tokens == delivered
 
 
 class _RestoreLog(ShadowBackend):

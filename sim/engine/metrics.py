@@ -10,6 +10,10 @@ Definitions (tokens are prompt tokens unless said otherwise):
 - **recomputed tokens**: prompt tokens actually prefilled, every chunk counted, so the
   work redone after a preemption is included (= prompt tokens - hit tokens when nothing
   is preempted).
+- **decode tokens**: output tokens decoded, every step counted, so the output a
+  preemption threw away and the request decoded again is included; **discarded decode
+  tokens**: that thrown-away output. Output delivered = decode tokens - discarded
+  decode tokens (each request's output once).
 - **FLOPs saved**: ``prefill_flops(p)`` of each request's first *issued* restore: the
   forward FLOPs its prefix hit did not recompute. Counted when the copy is issued, so a
   restore dropped by a preemption is not counted. **Resume FLOPs saved**: the same for
@@ -112,6 +116,7 @@ class Metrics:
     resume_hit_tokens: int = 0
     recomputed_tokens: int = 0
     decode_tokens: int = 0
+    discarded_decode_tokens: int = 0
     spec_proposed: int = 0
     spec_accepted: int = 0
     flops_saved: int = 0
@@ -231,6 +236,7 @@ class Metrics:
             "resume_hit_tokens": self.resume_hit_tokens,
             "recomputed_tokens": self.recomputed_tokens,
             "decode_tokens": self.decode_tokens,
+            "discarded_decode_tokens": self.discarded_decode_tokens,
             "speculative": {"proposed": self.spec_proposed, "accepted": self.spec_accepted},
             "flops_saved": self.flops_saved,
             "resume_flops_saved": self.resume_flops_saved,

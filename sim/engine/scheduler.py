@@ -691,6 +691,7 @@ class Engine:
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
         self.metrics.preemptions += 1
+        self.metrics.discarded_decode_tokens += seq.generated  # decoded again after resuming
         chunk = plan.prefills.pop(seq, None)
         if chunk is not None and not self.config.faults.skip_abort_on_preempt:
             self.checker.request_id = seq.request_id

@@ -150,7 +150,7 @@ def table(rows: Sequence[Row]) -> list[str]:
             "n/a" if preemptions is None else str(int(preemptions)),
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
-            _fmt(_ratio(row.total("decode_tokens"), row.total("sim_time_s")), ".0f"),
+            _fmt(_ratio(_delivered_output(row), row.total("sim_time_s")), ".0f"),
             _percent(_ratio(row.total("compute_busy_s"), row.total("sim_time_s"))),
             *(
                 [
@@ -169,6 +169,15 @@ def table(rows: Sequence[Row]) -> list[str]:
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
+
+
+def _delivered_output(row: Row) -> float | None:
+    """Output tokens delivered: decoded minus what preemptions threw away (results older
+    than ``discarded_decode_tokens`` have no such count and show every decoded token)."""
+    decoded = row.total("decode_tokens")
+    if decoded is None:
+        return None
+    return decoded - (row.total("discarded_decode_tokens") or 0)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
