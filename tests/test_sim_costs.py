@@ -98,6 +98,27 @@ def test_memory_plan_adds_up_and_the_default_kv_pool_fills_the_rest() -> None:
     assert plan["weights_bytes"] == 8_000_000_000 * 2
 
 
+def test_with_a_draft_head_the_kv_pool_counts_its_paired_draft_pages() -> None:
+    """The draft head keeps KV for every cached token too: the default pool is sized, and
+    the plan counted, with base plus draft bytes per token, so the run still fits."""
+    plain = SimConfig(model="nemotron-h-8b", gpu="h200")
+    config = SimConfig(model="nemotron-h-8b", gpu="h200", spec_tokens=3)
+    costs = config.costs()
+    assert costs.page_bytes_per_token == costs.partial_bytes_per_token > costs.kv_bytes_per_token
+    plan = config.memory_plan()
+    page = config.block_size * costs.page_bytes_per_token
+    assert plan["kv_pool_bytes"] == config.kv_capacity() * page
+    assert plan["overcommit_bytes"] == 0
+    used = sum(
+        plan[k]
+        for k in ("weights_bytes", "live_state_bytes", "checkpoint_pool_bytes", "kv_pool_bytes")
+    )
+    assert plan["usable_bytes"] - page < used <= plan["usable_bytes"]
+    assert config.kv_capacity() < plain.kv_capacity()
+    result = run_simulation(config, [make_request("a", 0.0, range(40))])
+    assert result.pools["kv_pool_bytes"] == plan["kv_pool_bytes"]
+
+
 def test_configurations_that_do_not_fit_are_reported_not_hidden() -> None:
     """qwen3-next's 160 GB of bf16 weights do not fit a B200's usable 162 GB with the
     default checkpoint pool: the KV pool is floored at one token budget, and the plan and

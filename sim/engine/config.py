@@ -382,7 +382,8 @@ class SimConfig:
         """KV pages of the pool.
 
         Default: ``0.9 * gpu memory - resident weights - max_num_seqs * recurrent bytes -
-        checkpoint pool``, divided by the bytes of one page; at least one ``token_budget``
+        checkpoint pool``, divided by the bytes of one page (with its paired draft page
+        when the run serves a draft head); at least one ``token_budget``
         worth of pages (:meth:`memory_plan` then reports the overcommit), at most
         :data:`MAX_KV_BLOCKS` (a model without full-attention layers needs no KV bytes).
         """
@@ -391,7 +392,7 @@ class SimConfig:
         costs = self.costs()
         fixed = self._fixed_memory_bytes()
         free = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION) - sum(fixed.values())
-        page = self.block_size * max(costs.kv_bytes_per_token, 1)
+        page = self.block_size * max(costs.page_bytes_per_token, 1)
         minimum = -(-self.token_budget // self.block_size) + 1
         return min(MAX_KV_BLOCKS, max(minimum, free // page))
 
@@ -419,7 +420,7 @@ class SimConfig:
             "gpu_bytes": gpu.memory_bytes,
             "usable_bytes": int(gpu.memory_bytes * GPU_MEMORY_UTILIZATION),
             **self._fixed_memory_bytes(),
-            "kv_pool_bytes": self.kv_capacity() * self.block_size * costs.kv_bytes_per_token,
+            "kv_pool_bytes": self.kv_capacity() * self.block_size * costs.page_bytes_per_token,
         }
         used = sum(plan[part] for part in MEMORY_PARTS)
         plan["overcommit_bytes"] = max(0, used - plan["usable_bytes"])

@@ -194,6 +194,7 @@ class CostModel:
             "window": m.sliding_window,
             "kv_bytes_per_token": kv,
             "partial_bytes_per_token": kv + draft_kv,
+            "page_bytes_per_token": kv + draft_kv,
             "recurrent_bytes": recurrent_bytes_per_sequence(m) + hidden,
             "weight_bytes": resident_weight_bytes(m),
             "flops_per_s": self.gpu.peak_flops * self.mfu,
@@ -216,6 +217,9 @@ class CostModel:
     """Paged KV bytes per token of the full-attention layers."""
     partial_bytes_per_token: int = field(init=False, compare=False, default=0)
     """Bytes per valid row of a partial-KV checkpoint (base page plus draft page)."""
+    page_bytes_per_token: int = field(init=False, compare=False, default=0)
+    """Bytes per token of the live KV pool: each base page and, with a draft head, the
+    draft page paired with it (the draft head keeps KV for every cached token too)."""
     recurrent_bytes: int = field(init=False, compare=False, default=0)
     """Bytes of one recurrent-axis checkpoint (plus the boundary row with a draft head)."""
     weight_bytes: int = field(init=False, compare=False, default=0)
@@ -322,4 +326,5 @@ class CostModel:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "recurrent_bytes": self.recurrent_bytes,
             "partial_bytes_per_token": self.partial_bytes_per_token,
+            "page_bytes_per_token": self.page_bytes_per_token,
         }

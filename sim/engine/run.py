@@ -56,7 +56,9 @@ def run_simulation(
         pools={
             "kv_blocks": engine.pool.num_blocks,
             "block_size": config.block_size,
-            "kv_pool_bytes": engine.pool.num_blocks * config.block_size * costs.kv_bytes_per_token,
+            "kv_pool_bytes": engine.pool.num_blocks
+            * config.block_size
+            * costs.page_bytes_per_token,
             "checkpoint_slots": engine.capacity,
             "checkpoint_slot_bytes": config.checkpoint_slot_bytes(),
             "checkpoint_pool_bytes": engine.capacity * config.checkpoint_slot_bytes(),
