@@ -51,8 +51,10 @@ def test_semantics_maps_every_design_section_to_its_own_sections() -> None:
 
 
 def test_scenario_docs_say_what_the_no_argument_run_builds() -> None:
+    from sim.scenarios.command import DEFAULT_RUN_DIR
+
     text = " ".join((ROOT / "docs" / "SCENARIOS.md").read_text(encoding="utf-8").split())
-    assert 'build_report(Path("reports/agentic-coding/runs"))' in text
+    assert f'build_report(Path("reports/agentic-coding/runs/{DEFAULT_RUN_DIR}"))' in text
 
 
 def test_scenario_descriptions_state_their_own_think_time() -> None:

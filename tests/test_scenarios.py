@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sim.sweep  # noqa: F401  (the parser imports it; before tests fake sim.report)
 from sim.cli import main
 from sim.engine.result import SimResult
 from sim.scenarios import (
@@ -339,10 +340,34 @@ def test_no_arguments_runs_the_default_scenario(
     monkeypatch.setitem(sys.modules, "sim.report", report)
     assert main([]) == 0
     out = capsys.readouterr().out
-    folder = Path("reports") / small.name / "runs"
+    folder = Path("reports") / small.name / "runs" / "default"
     assert calls == [folder]
     assert (tmp_path / folder / "results" / f"{small.name}-seed1.json").is_file()
     assert f"report: {folder / 'summary.md'}" in out
+
+
+def test_no_arguments_reports_exactly_its_own_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report of ``hyckpt`` shows this run only: a ``hyckpt run`` result of the same
+    scenario is neither read nor touched, and a seed an earlier default run wrote but
+    this one did not is removed before the report is built."""
+    small = _small_default(monkeypatch, tmp_path)
+    runs = Path("reports") / small.name / "runs"
+    other = runs / "results" / f"{small.name}-seed7.json"
+    stale = runs / "default" / "results" / f"{small.name}-seed9.json"
+    for path in (other, stale):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    seen: list[list[str]] = []
+    report = types.ModuleType("sim.report")
+    report.build_report = lambda directory: seen.append(  # type: ignore[attr-defined]
+        sorted(p.name for p in (directory / "results").iterdir())
+    )
+    monkeypatch.setitem(sys.modules, "sim.report", report)
+    assert main([]) == 0
+    assert seen == [[f"{small.name}-seed1.json"]]
+    assert other.read_text() == "{}" and not stale.exists()
 
 
 def test_no_arguments_without_the_report_module(
@@ -1314,7 +1339,7 @@ def test_no_arguments_runs_every_seed_and_fails_if_any_seed_fails(
     assert f"scenario {small.name!r}" in out and "for seeds 1, 2;" in out
     assert f"  {small.name}: first seed failed" in out
     assert "report: skipped (sim.report is not available)" in out
-    results = tmp_path / "reports" / small.name / "runs" / "results"
+    results = tmp_path / "reports" / small.name / "runs" / "default" / "results"
     for seed in (1, 2):
         assert json.loads((results / f"{small.name}-seed{seed}.json").read_text())["seed"] == seed
 
@@ -1331,7 +1356,7 @@ def test_no_arguments_checks_every_result_path_first(
     )
     monkeypatch.setattr(command, "load_default_scenario", lambda: small)
     monkeypatch.chdir(tmp_path)
-    results = tmp_path / "reports" / small.name / "runs" / "results"
+    results = tmp_path / "reports" / small.name / "runs" / "default" / "results"
     (results / f"{small.name}-seed2.json").mkdir(parents=True)
     assert main([]) == 2
     assert "cannot write " in capsys.readouterr().err

@@ -30,6 +30,9 @@ from sim.scenarios.schema import MISSING, ScenarioError, suggestion
 
 #: The module whose ``build_report(directory)`` turns results into a report.
 REPORT_MODULE = "sim.report"
+#: The folder under ``reports/<name>/runs/`` that ``hyckpt`` with no arguments owns: its
+#: report is built from the results of its last run only, never from ``hyckpt run``'s.
+DEFAULT_RUN_DIR = "default"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,23 +144,29 @@ def check_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``hyckpt`` with no arguments: run the embedded default scenario (every seed it
-    lists), write results under ``reports/<name>/runs/results``, build the report if
-    :mod:`sim.report` is installed, and say where everything is."""
+    lists), write results under ``reports/<name>/runs/default/results``, build the
+    report there if :mod:`sim.report` is installed, and say where everything is.
+
+    The folder is this command's own: results of an earlier run that this one did not
+    write again (other seeds) are removed before the report is built, so the report
+    shows exactly this run, and ``hyckpt run``'s results (``runs/results``) stay apart.
+    """
     stream = sys.stdout if out is None else out
     scenario = load_default_scenario()
-    folder = REPORTS_DIR / scenario.name / RUNS_DIR
+    folder = REPORTS_DIR / scenario.name / RUNS_DIR / DEFAULT_RUN_DIR
+    targets = [result_path(scenario, seed, folder / "results") for seed in scenario.seeds]
     print(
         f"hyckpt: running the default scenario {scenario.name!r} ({scenario.description}) "
         f"for seeds {', '.join(map(str, scenario.seeds))}; `hyckpt demo` shows the "
         "checkpoint semantics step by step",
         file=stream,
     )
-    for seed in scenario.seeds:
-        check_output_file(result_path(scenario, seed), create_parents=True)
+    for target in targets:
+        check_output_file(target, create_parents=True)
     failed = False
-    for seed in scenario.seeds:
+    for seed, target in zip(scenario.seeds, targets, strict=True):
         result = _simulate(scenario, seed, False)
-        path = write_result(result, result_path(scenario, seed))
+        path = write_result(result, target)
         t = result.totals
         print(
             f"seed {seed}: token hit rate {t['token_hit_rate']:.3f}, request hit rate "
@@ -168,6 +177,8 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         for line in warning_lines(result):
             print(line, file=sys.stderr)
         failed |= bool(_verdict(scenario, result, False, stream))
+    for stale in sorted(set((folder / "results").glob("*.json")) - set(targets)):
+        stale.unlink()
     _build_report(folder, stream)
     return 1 if failed else 0
 
