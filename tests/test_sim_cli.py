@@ -379,6 +379,28 @@ def test_a_trace_of_the_other_format_gets_a_hint(capsys: pytest.CaptureFixture[s
     )
 
 
+def test_reading_a_long_workload_shows_a_bar_and_a_short_one_does_not(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--trace`` reads every request before the run: a bar once that takes a second,
+    none (not even a blank line before an error) when it is quick."""
+    from sim.engine.command import prompt_lengths
+    from tests.test_sim_doubles import make_request
+
+    counted: list[int] = []
+    requests = [make_request(str(i), 0.0, range(i + 1)) for i in range(3)]
+    assert prompt_lengths(requests, counted.append) == [1, 2, 3]
+    assert counted == [1, 1, 1]
+    with progress_bar(None, True, "reading the workload", delay_s=60.0) as update:
+        assert update is not None
+        update(5)
+    assert capsys.readouterr().err == ""
+    with progress_bar(None, True, "reading the workload") as update:
+        assert update is not None
+        update(5)
+    assert "reading the workload: 0req" in capsys.readouterr().err
+
+
 def test_an_error_after_the_progress_bar_starts_its_own_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -387,3 +409,27 @@ def test_an_error_after_the_progress_bar_starts_its_own_line(
         update(2)
         raise ValueError("late")
     assert capsys.readouterr().err.endswith("\n")
+
+
+def test_a_trace_scenario_counts_its_requests_without_a_total(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``workload.requests`` only bounds a trace, which may hold fewer: ``hyckpt run``'s
+    bar then counts without a total instead of stopping short of one."""
+    import types
+    from contextlib import nullcontext
+
+    from sim.scenarios import command as scenario_command
+
+    totals: list[int | None] = []
+    monkeypatch.setattr(
+        scenario_command,
+        "progress_bar",
+        lambda total, enabled, description: totals.append(total) or nullcontext(None),
+    )
+    monkeypatch.setattr(scenario_command, "run_scenario", lambda *a, **k: "result")
+    for trace in ("t.jsonl", None):
+        workload = types.SimpleNamespace(trace=trace, requests=10)
+        scenario = types.SimpleNamespace(workload=workload, name="s")
+        assert scenario_command._simulate(scenario, 1, False) == "result"  # type: ignore[arg-type]
+    assert totals == [None, 10]

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -277,23 +277,43 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 @contextmanager
 def progress_bar(
-    total: int, enabled: bool, description: str
+    total: int | None, enabled: bool, description: str, *, delay_s: float = 0.0
 ) -> Iterator[Callable[[int], None] | None]:
-    """A tqdm bar on stderr counting requests, or ``None`` when disabled."""
+    """A tqdm bar on stderr counting requests (``total`` ``None``: not known, a count
+    without a percentage), shown once ``delay_s`` seconds have passed; ``None`` when
+    disabled."""
     if not enabled:
         yield None
         return
-    bar = tqdm(total=total, desc=description, unit="req", file=sys.stderr, leave=False)
+    stream = _Watched(sys.stderr)
+    bar = tqdm(total=total, desc=description, unit="req", file=stream, leave=False, delay=delay_s)
     try:
         yield bar.update
     except BaseException:
         bar.close()
-        # On a terminal, closing wipes the bar's line; elsewhere (a log, a pipe) the bar
-        # stays, and the error that follows must start a line of its own.
-        if not _isatty(sys.stderr):
+        # On a terminal, closing wipes the bar's line; elsewhere (a log, a pipe) a bar
+        # that was shown stays, and the error that follows must start a line of its own.
+        if stream.written and not _isatty(sys.stderr):
             print(file=sys.stderr)
         raise
     bar.close()
+
+
+class _Watched:
+    """A text stream that remembers whether anything was written to it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.written = stream, False
+
+    def write(self, text: str) -> int:
+        self.written = self.written or bool(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno: tqdm's probes
+        return getattr(self.stream, name)
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -384,9 +404,17 @@ def memory_warning(plan: object) -> str | None:
     )
 
 
-def prompt_lengths(requests: Iterable[RequestLike]) -> list[int]:
-    """The prompt length of every request, in order (consumes ``requests``)."""
-    return [len(request.prompt) for request in requests]
+def prompt_lengths(
+    requests: Iterable[RequestLike], progress: Callable[[int], None] | None = None
+) -> list[int]:
+    """The prompt length of every request, in order (consumes ``requests``); ``progress``
+    is called with 1 per request read (a long trace takes seconds to read)."""
+    lengths = []
+    for request in requests:
+        lengths.append(len(request.prompt))
+        if progress is not None:
+            progress(1)
+    return lengths
 
 
 def _duration(seconds: float) -> str:
@@ -484,7 +512,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         # Read the trace (or generate the workload) once up front: a bad trace line is
         # reported before anything runs, the progress bar counts the requests there are,
         # and a real-tensor run that would take hours says so.
-        lengths = prompt_lengths(make_requests())
+        bar = progress_bar(None, not args.quiet, "reading the workload", delay_s=1.0)
+        with bar as reading:
+            lengths = prompt_lengths(make_requests(), reading)
         requests = len(lengths)
         warnings += filter(None, [work_warning(config.backend, lengths)])
     if not args.quiet:

@@ -78,7 +78,10 @@ def resolve(name_or_path: str) -> Scenario:
 
 
 def _simulate(scenario: Scenario, seed: int, quiet: bool) -> SimResult:
-    with progress_bar(scenario.workload.requests, not quiet, scenario.name) as progress:
+    # A trace may hold fewer requests than workload.requests (an upper bound there):
+    # the bar then counts without a total rather than stop short of one.
+    total = None if scenario.workload.trace is not None else scenario.workload.requests
+    with progress_bar(total, not quiet, scenario.name) as progress:
         return run_scenario(scenario, seed=seed, progress=progress)
 
 
