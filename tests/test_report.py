@@ -1006,6 +1006,114 @@ def test_over_time_pale_lines_note_and_title_follow_what_is_drawn() -> None:
     assert not figure.get_supxlabel()
 
 
+def model_doc(model: str, slots: int, seed: int, hit: float, **sweep: object) -> dict[str, Any]:
+    """A run of a ``model.name`` sweep (slots follow from the model under a byte budget;
+    no pool-size axis unless ``sweep`` adds one)."""
+    doc = result_doc("turns", "lru", slots, seed, hit)
+    doc["sweep"] = {"model.name": model, **sweep, "scenario.seed": seed}
+    return doc
+
+
+def over_time_lines(figure: Figure | str) -> dict[str, tuple[list[float], list[float]]]:
+    """Each mean line of the over-time figure, by legend entry: its hit-rate and its
+    checkpoint-memory (GiB) y values."""
+    assert isinstance(figure, Figure)
+    hits, memory = (
+        [line for line in ax.get_lines() if line.get_linewidth() > 1] for ax in figure.axes[:2]
+    )
+    (legend,) = figure.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert len(labels) == len(hits) == len(memory)
+    return {
+        label: (list(hit.get_ydata()), list(gib.get_ydata()))
+        for label, hit, gib in zip(labels, hits, memory, strict=True)
+    }
+
+
+def test_over_time_keeps_every_configuration_when_only_the_model_changes_the_slot_count() -> None:
+    """A model sweep under a byte budget gives each model its own slot count: no pool-size
+    axis was swept, so no configuration is left out; each legend entry says its pool."""
+    models = {"falcon-h1-7b": (121, 0.2), "jamba-v0.1": (956, 0.6), "nemotron-h-8b": (164, 0.4)}
+    docs = [
+        model_doc(model, slots, seed, hit + seed / 10)
+        for seed in (1, 2)
+        for model, (slots, hit) in models.items()
+    ]
+    rows = rows_of(docs)
+    assert "cache.checkpoint_slots" not in varying_axes(rows)
+    figure = figures.figure_over_time(rows)
+    lines = over_time_lines(figure)
+    assert sorted(lines) == [
+        f"turns × lru, name={model} [{slots} slots]" for model, (slots, _) in models.items()
+    ]
+    for model, (slots, hit) in models.items():
+        hits, gib = lines[f"turns × lru, name={model} [{slots} slots]"]
+        mean = hit + 0.15  # seeds 1 and 2
+        assert hits == pytest.approx([0.0, mean / 2, mean])
+        assert gib == pytest.approx([0.0, slots / 2 / 1024, slots / 1024])  # slots × 1 MiB
+    assert isinstance(figure, Figure)
+    title = figure.axes[0].get_title()
+    assert "checkpoint slots" not in title and "not drawn" not in title
+
+
+def test_over_time_draws_each_line_at_its_own_largest_pool_when_the_pool_was_swept() -> None:
+    """Models × checkpoint budget: each model's line keeps its largest budget's runs (its
+    own slot count), the smaller budgets are left out, and the title says so."""
+    docs = [
+        model_doc(model, slots, seed, slots / 100, **{"cache.checkpoint_budget_bytes": budget})
+        for seed in (0, 1)
+        for model, base in (("jamba-v0.1", 8), ("nemotron-h-8b", 2))
+        for budget, slots in ((2**30, base), (2**31, 2 * base))
+    ]
+    rows = rows_of(docs)
+    kept, left_out = figures.largest_pools(rows, varying_axes(rows))
+    assert {(row.sweep["model.name"], row.pool_slots) for row in kept} == {
+        ("jamba-v0.1", 16),
+        ("nemotron-h-8b", 4),
+    }
+    assert (len(kept), left_out) == (4, 4)
+    figure = figures.figure_over_time(rows)
+    lines = over_time_lines(figure)
+    assert sorted(lines) == [
+        "turns × lru, name=jamba-v0.1 [16 slots]",
+        "turns × lru, name=nemotron-h-8b [4 slots]",
+    ]
+    assert lines["turns × lru, name=jamba-v0.1 [16 slots]"][0] == pytest.approx([0, 0.08, 0.16])
+    assert lines["turns × lru, name=nemotron-h-8b [4 slots]"][0] == pytest.approx([0, 0.02, 0.04])
+    assert isinstance(figure, Figure)
+    title = figure.axes[0].get_title()
+    assert "(each line at its largest checkpoint pool)" in title
+    assert "4 runs at smaller pools not drawn (checkpoint_budget_bytes swept)" in title
+
+
+def test_over_time_of_a_slot_sweep_keeps_only_the_largest_pool_and_says_so() -> None:
+    """Policies × checkpoint slots × seeds: every policy's line is drawn, at 16 slots only,
+    from exactly the runs at 16 slots."""
+    rows = rows_of(sweep_docs())  # slots 4 and 16, lru and fifo, seeds 0 and 1
+    lines = over_time_lines(figures.figure_over_time(rows))
+    assert sorted(lines) == ["turns × fifo", "turns × lru"]
+    for label, (hits, gib) in lines.items():
+        eviction = label.rpartition(" ")[2]
+        top = _mean(
+            [
+                row.total("token_hit_rate") or 0.0
+                for row in rows
+                if row.pool_slots == 16 and row.eviction == eviction
+            ]
+        )
+        assert hits == pytest.approx([0.0, top / 2, top])
+        assert gib == pytest.approx([0.0, 2**-7, 2**-6])  # 16 × 1 MiB
+    figure = figures.figure_over_time(rows)
+    assert isinstance(figure, Figure)
+    title = figure.axes[0].get_title()
+    assert "(16 checkpoint slots)" in title
+    assert "4 runs at smaller pools not drawn (checkpoint_slots swept)" in title
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
 def axis_rows(**axes: Sequence[object]) -> list[Row]:
     """One single-seed run per combination of sweep ``axes`` (in that sweep order)."""
     docs = []

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sim.engine.config import MEMORY_PARTS
 from sim.engine.costs import GIB
+from sim.outputs import check_output_dir, check_output_file, write_text_atomic
 from sim.report.data import OVERCOMMIT_MARK, ReportError, Row, axis_name, load_results
 
 #: Where a report folder keeps its result files.
@@ -16,8 +17,21 @@ RESULTS_DIR = "results"
 FIGURES_DIR = "figures"
 #: Its summary.
 SUMMARY = "summary.md"
+#: The figures' file stems, in report order: the keys of
+#: :data:`sim.report.figures.FIGURES`, here so that checking the output paths does not
+#: import matplotlib.
+FIGURE_STEMS = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft")
 
-__all__ = ["FIGURES_DIR", "RESULTS_DIR", "SUMMARY", "ReportError", "build_report", "git_revision"]
+__all__ = [
+    "FIGURES_DIR",
+    "FIGURE_STEMS",
+    "RESULTS_DIR",
+    "SUMMARY",
+    "ReportError",
+    "build_report",
+    "check_report_output",
+    "git_revision",
+]
 
 
 def git_revision(where: Path | None = None) -> str:
@@ -289,18 +303,38 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     return "\n".join(lines)
 
 
+def check_report_output(directory: Path) -> None:
+    """Check, without drawing or writing anything, that a report can be written into
+    ``directory``: ``figures/`` is a writable folder or can be created as one, and each
+    figure's PNG and ``summary.md`` a writable file path, not a folder. Cheap (no
+    matplotlib): run it before the simulations whose report goes there.
+
+    Raises:
+        OutputPathError: a path cannot be written (which, and why).
+    """
+    directory = Path(directory)
+    figures = check_output_dir(directory / FIGURES_DIR)
+    for stem in FIGURE_STEMS:
+        check_output_file(figures / f"{stem}.png", create_parents=True)
+    check_output_file(directory / SUMMARY, create_parents=True)
+
+
 def build_report(directory: Path) -> Path:
     """Rebuild ``directory``'s figures and ``summary.md`` from ``directory/results/*.json``;
     return the summary's path.
 
+    The output paths are checked (:func:`check_report_output`) before anything is drawn,
+    and every file is written to a temporary file beside it that replaces it once
+    complete: a write that fails leaves that file as it was.
+
     Raises:
         ReportError: no results folder, no result in it, or a file that is not a result.
+        OutputPathError: a figure or the summary cannot be written.
     """
     directory = Path(directory)
     from sim.report.figures import draw  # matplotlib: only when a report is built
 
     rows = load_results(directory / RESULTS_DIR)
+    check_report_output(directory)
     figures = draw(rows, directory / FIGURES_DIR)
-    path = directory / SUMMARY
-    path.write_text(summary(rows, figures))
-    return path
+    return write_text_atomic(directory / SUMMARY, summary(rows, figures))

@@ -12,16 +12,11 @@ from typing import Any
 from reference.errors import HyckptError
 from sim.engine.config import MEMORY_PARTS
 
+#: Sweep axes that set the checkpoint pool's size (a line of the line figures runs along
+#: them, or is drawn at its largest pool).
+POOL_AXES = frozenset({"cache.checkpoint_slots", "cache.checkpoint_budget_bytes"})
 #: Sweep axes a hit-rate-vs-pool line runs along or averages over (or names already).
-CURVE_AXES = frozenset(
-    {
-        "cache.checkpoint_slots",
-        "cache.checkpoint_budget_bytes",
-        "scenario.seed",
-        "placement.policy",
-        "eviction.policy",
-    }
-)
+CURVE_AXES = POOL_AXES | {"scenario.seed", "placement.policy", "eviction.policy"}
 
 
 def axis_name(key: str) -> str:

@@ -5,6 +5,8 @@ results."""
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,9 +21,11 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from sim.engine.costs import GIB
+from sim.outputs import OutputPathError, check_output_dir
 from sim.report.data import (
     CURVE_AXES,
     OVERCOMMIT_MARK,
+    POOL_AXES,
     Configuration,
     Row,
     axis_name,
@@ -149,8 +153,25 @@ def _figure(rows: int, height: float = 3.5, width: float = 7.5) -> Figure:
 
 
 def save(figure: Figure, path: Path) -> None:
-    """Write ``figure`` as a PNG without time stamps or version strings."""
-    figure.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    """Write ``figure`` as a PNG without time stamps or version strings, through a hidden
+    temporary file beside ``path`` that replaces it once complete: a write that fails
+    leaves the old PNG (or none) and no temporary file.
+
+    Raises:
+        OutputPathError: the PNG cannot be written (the operating system's reason).
+    """
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        try:
+            with open(temporary, "xb") as stream:
+                figure.savefig(stream, format="png", dpi=DPI, metadata={"Software": None})
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as error:
+        raise OutputPathError(path, error.strerror or str(error)) from None
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -278,6 +299,32 @@ def _points(row: Row, column: str, scale: float) -> list[tuple[float, float]]:
     ]
 
 
+def largest_pools(rows: Sequence[Row], varying: set[str]) -> tuple[list[Row], int]:
+    """``rows`` but the runs whose line (``row.curve(varying)``) also has runs at a larger
+    checkpoint pool, and how many runs that leaves out.
+
+    The pool-size axes (:data:`~sim.report.data.POOL_AXES`) make no line of their own, so
+    of swept runs this only ever leaves runs out when one of them was swept: each line then
+    keeps its own largest pool. Any other axis that changes the slot count
+    (``model.name``, ``cache.block_size``, ... under a byte budget) splits the lines, and
+    every configuration is kept. Results without sweep fields, whose lines are named by
+    their policy alone, keep each policy's largest pool. A line with a pool size drops its
+    runs without one."""
+    largest: dict[str, int] = {}
+    for row in rows:
+        if row.pool_slots is not None:
+            name = row.curve(varying)
+            largest[name] = max(largest.get(name, row.pool_slots), row.pool_slots)
+    kept = [row for row in rows if row.pool_slots == largest.get(row.curve(varying))]
+    return kept, len(rows) - len(kept)
+
+
+def _pool_sizes(members: Sequence[Row]) -> str:
+    """The checkpoint slots of a line's runs (``956``; ``4/8`` should they differ)."""
+    sizes = sorted({row.pool_slots for row in members if row.pool_slots is not None})
+    return "/".join(str(size) for size in sizes) or "n/a"
+
+
 def figure_over_time(rows: Sequence[Row]) -> Figure | str:
     """Cumulative token hit rate and checkpoint bytes in use over simulated time.
 
@@ -287,22 +334,32 @@ def figure_over_time(rows: Sequence[Row]) -> Figure | str:
     opaque line of the same colour behind it. A configuration whose runs are those of one
     drawn before it (the two lines coincide) says so in the legend: ``(= eviction=lru)``,
     the settings in which that one differs.
-    When the pool size was swept, only the runs at the largest pool are drawn (the title
-    says which), so the lines stay readable."""
+    When the pool size was swept (``cache.checkpoint_slots``,
+    ``cache.checkpoint_budget_bytes``), each line is drawn at its largest pool only
+    (:func:`largest_pools`), so the lines stay readable; the title says which pool and how
+    many runs were left out. When the lines' pools differ in size, each legend entry ends
+    in its slot count (``[956 slots]``)."""
     drawn = [row for row in rows if len(row.series("t_s")) >= 2]
     if not drawn:
         return "no result has two or more time-series samples"
-    sizes = {row.pool_slots for row in drawn if row.pool_slots is not None}
-    title = "hit rate and checkpoint memory over time"
-    if len(sizes) > 1:
-        largest = max(sizes)
-        drawn = [row for row in drawn if row.pool_slots == largest]
-        title += f" ({largest} checkpoint slots)"
     varying = varying_axes(rows)
-    styles = line_styles(drawn, varying)
+    drawn, left_out = largest_pools(drawn, varying)
     groups: dict[str, list[Row]] = defaultdict(list)
     for row in drawn:
         groups[row.curve(varying)].append(row)
+    pools = {name: _pool_sizes(members) for name, members in groups.items()}
+    title = "hit rate and checkpoint memory over time"
+    if left_out:
+        sizes = set(pools.values())
+        title += (
+            f" ({sizes.pop()} checkpoint slots)"
+            if len(sizes) == 1
+            else " (each line at its largest checkpoint pool)"
+        )
+        swept = ", ".join(axis_name(key) for key in sorted(varying & POOL_AXES))
+        count = f"{left_out} run{'s' if left_out > 1 else ''}"
+        title += f"\n{count} at smaller pools not drawn" + (f" ({swept} swept)" if swept else "")
+    styles = line_styles(drawn, varying)
     seeds = max(len(members) for members in groups.values())
     if seeds > 1:
         title += "\nthick: mean over seeds; thin: each seed"
@@ -314,7 +371,8 @@ def figure_over_time(rows: Sequence[Row]) -> Figure | str:
         style = styles[name]
         lines = [[_points(row, column, scale) for row in members] for column, scale in columns]
         same = seen.setdefault(repr(lines), name)
-        label = _curve_label(name, members)
+        shown = f"{name} [{pools[name]} slots]" if len(set(pools.values())) > 1 else name
+        label = _curve_label(shown, members)
         if same != name:  # name the first by what tells it apart
             mine, theirs = _factors(members[0], varying), _factors(groups[same][0], varying)
             differ = [f"{axis_name(k)}={v}" for k, v in theirs.items() if mine.get(k) != v]
@@ -675,15 +733,25 @@ FIGURES: dict[str, tuple[str, FigureMaker]] = {
 
 def draw(rows: Sequence[Row], folder: Path) -> dict[str, str | Path]:
     """Draw every figure of :data:`FIGURES` into ``folder``; stem → file written, or why
-    it was skipped."""
-    folder.mkdir(parents=True, exist_ok=True)
+    it was skipped. Each PNG replaces its old file only once written whole (:func:`save`).
+
+    Raises:
+        OutputPathError: ``folder`` or a PNG in it cannot be written.
+    """
+    try:
+        check_output_dir(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError(folder, error.strerror or str(error)) from None
     done: dict[str, str | Path] = {}
     with _defaults():
         for stem, (_, maker) in FIGURES.items():
             path = folder / f"{stem}.png"
             figure = maker(rows)
             if isinstance(figure, str):
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as error:
+                    raise OutputPathError(path, error.strerror or str(error)) from None
                 done[stem] = figure
                 continue
             save(figure, path)

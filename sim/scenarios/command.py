@@ -166,6 +166,7 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     for target in targets:
         check_output_file(target, create_parents=True)
+    _check_report_output(folder)
     failed = False
     for seed, target in zip(scenario.seeds, targets, strict=True):
         result = _simulate(scenario, seed, False)
@@ -184,6 +185,18 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         stale.unlink()
     _build_report(folder, stream)
     return 1 if failed else 0
+
+
+def _check_report_output(folder: Path) -> None:
+    """The report module's cheap check that its files can be written (before the runs,
+    not after them); nothing to check when the module is not installed."""
+    try:
+        module = importlib.import_module(REPORT_MODULE)
+    except ModuleNotFoundError:
+        return
+    check = getattr(module, "check_report_output", None)
+    if callable(check):
+        check(folder)
 
 
 def _build_report(folder: Path, out: TextIO) -> None:
