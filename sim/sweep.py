@@ -36,7 +36,7 @@ from reference.errors import InvalidConfigError
 from sim.engine.config import MAX_SEED
 from sim.engine.result import finite_json
 from sim.outputs import OutputPathError, check_output_dir
-from sim.report import RESULTS_DIR, build_report, git_revision
+from sim.report import RESULTS_DIR, build_report, check_report_output, git_revision
 from sim.report.data import SEED_AXIS, axis_name
 from sim.scenarios.runner import REPORTS_DIR, RUNS_DIR
 
@@ -126,9 +126,10 @@ def scenarios() -> Any:
     return importlib.import_module("sim.scenarios")
 
 
-def load_scenario_ref(reference: str) -> Any:
+def load_scenario_ref(reference: str, *, check_sweep: bool = True) -> Any:
     """The scenario ``reference`` names: a TOML file, a file ``SCENARIO_DIR/<name>.toml``,
-    or ``default`` (the embedded default scenario)."""
+    or ``default`` (the embedded default scenario). ``check_sweep=False`` leaves the
+    values of its ``[sweep]`` table unchecked (``load_scenario``)."""
     module = scenarios()
     path = Path(reference)
     if not path.is_file():
@@ -136,19 +137,22 @@ def load_scenario_ref(reference: str) -> Any:
         if shipped.is_file():
             path = shipped
         elif reference == "default":
-            return module.load_default_scenario()
-    return module.load_scenario(path)
+            return module.load_default_scenario(check_sweep=check_sweep)
+    return module.load_scenario(path, check_sweep=check_sweep)
 
 
 def run_scenario_job(
     scenario: str, overrides: dict[str, object], seed: int | None
 ) -> dict[str, Any]:
     """The default runner: load ``scenario`` with :mod:`sim.scenarios`, apply
-    ``overrides``, run it, return the result document."""
+    ``overrides``, run it, return the result document.
+
+    The job's own values are validated; the scenario's ``[sweep]`` table is not (the
+    sweep checked every run before starting any, :func:`main`)."""
     module = scenarios()
-    loaded = load_scenario_ref(scenario)
+    loaded = load_scenario_ref(scenario, check_sweep=False)
     if overrides:
-        loaded = loaded.with_overrides(overrides)
+        loaded = loaded.with_overrides(overrides, check_sweep=False)
     document: dict[str, Any] = module.run_scenario(loaded, seed=seed).to_dict()
     return document
 
@@ -180,6 +184,9 @@ def run_jobs(
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with ``runner``; their documents in job order.
 
+    The first job that raises stops the sweep: jobs not yet started are cancelled (only
+    those already running finish), and its error is raised.
+
     Args:
         executor: ``serial``, ``process`` (a local process pool of ``workers``) or ``dask``
             (the cluster at ``scheduler``, or a ``LocalCluster`` of ``workers`` processes).
@@ -197,9 +204,14 @@ def run_jobs(
         elif executor == "process":
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = {pool.submit(_call, runner, job): job.index for job in jobs}
-                for future in as_completed(futures):
-                    done[futures[future]] = future.result()
-                    tick()
+                try:
+                    for future in as_completed(futures):
+                        done[futures[future]] = future.result()
+                        tick()
+                except BaseException:
+                    # Leaving the pool waits for its jobs: drop the queued ones first.
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
         else:
             done = _run_dask(jobs, runner, workers, scheduler, tick)
     return [done[job.index] for job in jobs]
@@ -223,9 +235,13 @@ def _run_dask(
     with _dask_client(Client, LocalCluster, workers, scheduler) as client:
         futures = [client.submit(_call, runner, job, pure=False) for job in jobs]
         index = {future.key: job.index for future, job in zip(futures, jobs, strict=True)}
-        for future in dask_completed(futures):  # type: ignore[no-untyped-call]
-            done[index[future.key]] = future.result()
-            tick()
+        try:
+            for future in dask_completed(futures):  # type: ignore[no-untyped-call]
+                done[index[future.key]] = future.result()
+                tick()
+        except BaseException:
+            client.cancel(futures)  # the jobs not yet run do not run
+            raise
     return done
 
 
@@ -328,9 +344,12 @@ def run_sweep(
     report; return ``out/<name>`` (:func:`run_sweep_in` writes into a folder of your
     choice).
 
-    The arguments and the output folder are checked before any job runs. The new results
-    replace the folder's old ones only once every run has finished and been written: a
-    sweep that fails leaves the old results (and report) as they were.
+    The arguments and the output folder are checked before any job runs (whether each
+    run's values are valid is the runner's to say: :func:`main` checks every combination
+    with ``Scenario.check_combinations`` first). The new results replace the folder's old
+    ones only once every run has finished and been written: a sweep that fails leaves the
+    old results (and report) as they were; its first failing run cancels the runs not
+    yet started (:func:`run_jobs`).
 
     Raises:
         InvalidConfigError: bad axes, seeds, executor or workers.
@@ -374,6 +393,8 @@ def run_sweep_in(
     folder = Path(folder)
     results = folder / RESULTS_DIR
     check_output_dir(results)
+    if report:
+        check_report_output(folder)  # before the runs, not after them
     documents = run_jobs(
         jobs, runner, executor=executor, workers=workers, scheduler=scheduler, progress=progress
     )
@@ -488,17 +509,25 @@ def default_seeds(scenario: Any, axes: Mapping[str, object]) -> list[int] | None
 def main(args: argparse.Namespace) -> int:
     """Run ``hyckpt sweep``; 0 when every run passed the lockstep checker, else 1.
 
-    Every argument is checked before any run: the options, each ``--axis`` value (applied
-    to the scenario and validated like a file's ``[sweep]`` values) and the output folder.
+    Every argument is checked before any run: the options, the runs and the output
+    folder. Without ``--axis`` the runs are the file's ``[sweep]`` table, which loading
+    checks (each value, then every combination). ``--axis`` replaces that table, which
+    is then not checked: each ``--axis`` value is applied to the scenario and validated,
+    then every combination of them. A relative path in an ``--axis`` value (a trace) is
+    relative to the working directory; one in the file is relative to the file.
     """
     check_workers(args.workers)
     cli_axes = parse_axes(args.axis)
     cli_seeds = parse_seeds(args.seeds) if args.seeds is not None else None
-    scenario = load_scenario_ref(args.scenario)
+    scenario = load_scenario_ref(args.scenario, check_sweep=not cli_axes)
+    cwd = Path.cwd()
+    cli_axes = {key: scenario.absolute_paths(key, values, cwd) for key, values in cli_axes.items()}
     for key, values in cli_axes.items():
         for value in values:
-            scenario.with_overrides({key: value})
-    axes: dict[str, list[object]] = cli_axes if args.axis else dict(scenario.sweep_axes)
+            scenario.with_overrides({key: value}, check_sweep=False)
+    if len(cli_axes) > 1:  # each value is valid alone; now every run
+        scenario.check_combinations(cli_axes, key="--axis")
+    axes: dict[str, list[object]] = cli_axes if cli_axes else dict(scenario.sweep_axes)
     seeds = cli_seeds if cli_seeds is not None else default_seeds(scenario, axes)
     folder = sweep_folder(args.out, scenario.name)
     check_output_dir(folder / RESULTS_DIR)

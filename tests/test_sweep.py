@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from sim.engine.run import run_simulation
 from sim.engine.sources import build_workload
 from sim.sweep import (
     SEED_AXIS,
+    Job,
     check_workers,
     expand_jobs,
     load_scenario_ref,
@@ -235,7 +237,7 @@ def test_a_shipped_sweep_runs_no_configuration_twice(path: Path) -> None:
     seen: dict[object, int] = {}
     axes = scenario.sweep_axes
     for job in expand_jobs(str(path), axes, None if SEED_AXIS in axes else [0]):
-        loaded = scenario.with_overrides(dict(job.overrides))
+        loaded = scenario.with_overrides(dict(job.overrides), check_sweep=False)
         config = loaded.sim_config
         if config.spec_tokens == 0:
             config = dataclasses.replace(config, spec_acceptance=0.0)
@@ -542,3 +544,117 @@ def test_seeds_beyond_the_largest_seed_are_option_errors() -> None:
     assert parse_seeds(str(2**63 - 1)) == [2**63 - 1]
     with pytest.raises(InvalidConfigError, match="--seeds"):
         parse_seeds(str(2**63))
+
+
+# --- every run checked before any runs; a failing run stops the others ----------------
+
+
+def _agentic(tmp_path: Path, sweep: str, name: str = "ac.toml") -> Path:
+    """``scenarios/agentic-coding.toml`` with 5 requests and ``sweep`` as its ``[sweep]``."""
+    text = (ROOT / "scenarios" / "agentic-coding.toml").read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^requests = \d+$", "requests = 5", text)
+    path = tmp_path / name
+    path.write_text(text[: text.index("[sweep]")] + "[sweep]\n" + sweep, encoding="utf-8")
+    return path
+
+
+#: Each value is valid with the scenario's others (token_budget 4096, max_num_seqs 64),
+#: but 100 tokens per step cannot serve 128 sequences.
+BAD_TABLE = '"cache.token_budget" = [4096, 100]\n"engine.max_num_seqs" = [64, 128]\n'
+BAD_AXES = ["--axis", "cache.token_budget=4096,100", "--axis", "engine.max_num_seqs=64,128"]
+
+
+@needs_scenarios
+@pytest.mark.parametrize("source", ["axis", "table"])
+def test_hyckpt_sweep_checks_every_combination_before_running(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Values valid alone but not together (the last of four runs) are a usage error
+    before the first run starts: the error names the combination, nothing is written."""
+    from sim import sweep
+
+    called: list[Job] = []
+    monkeypatch.setattr(sweep, "_call", lambda runner, job: called.append(job))
+    path = _agentic(tmp_path, BAD_TABLE if source == "table" else "")
+    axes = BAD_AXES if source == "axis" else []
+    argv = ["sweep", str(path), *axes, "--seeds", "1", "--executor", "serial", "--quiet"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    key = "--axis" if source == "axis" else "sweep"
+    assert err.startswith(
+        f"hyckpt: error: {path}: {key}: found cache.token_budget=100, engine.max_num_seqs=128, "
+    )
+    assert ">= engine.max_num_seqs * (1 + engine.spec_tokens) = 128" in err
+    assert called == [] and not (tmp_path / "out").exists()
+
+
+@needs_scenarios
+def test_axis_values_replace_a_bad_sweep_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--axis`` replaces the file's ``[sweep]``, so that table is not checked for the run
+    (``hyckpt check`` still reports it), in the parent or in the runs."""
+    path = _agentic(tmp_path, BAD_TABLE)
+    assert cli.main(["check", str(path)]) == 1
+    assert "sweep: found cache.token_budget=100, engine.max_num_seqs=128" in capsys.readouterr().out
+    axes = ["--axis", "engine.max_num_seqs=128", "--axis", "eviction.policy=lru,fifo"]
+    options = ["--seeds", "1", "--workers", "2", "--quiet", "--out", str(tmp_path)]
+    assert cli.main(["sweep", str(path), *axes, *options]) == 0  # a process pool
+    docs = [json.loads(text) for text in _files(tmp_path / "agentic-coding").values()]
+    assert [d["sweep"]["eviction.policy"] for d in docs] == ["lru", "fifo"]
+    assert {d["config"]["max_num_seqs"] for d in docs} == {128}
+
+
+def first_fails_runner(
+    scenario: str, overrides: dict[str, object], seed: int | None
+) -> dict[str, Any]:
+    """Job 0 fails at once; every other job notes that it ran (in the folder ``scenario``)
+    and takes 0.2 s."""
+    import time
+
+    if overrides["x.i"] == 0:
+        raise InvalidConfigError("job 0 fails")
+    with (Path(scenario) / "ran").open("a", encoding="utf-8") as ran:
+        ran.write(f"{overrides['x.i']}\n")
+    time.sleep(0.2)
+    return {"i": overrides["x.i"]}
+
+
+def test_a_failing_job_cancels_the_queued_jobs(tmp_path: Path) -> None:
+    """When a job of a process pool fails, the jobs still queued do not run: only those
+    the pool had already passed on to its worker (two or three here) do."""
+    jobs = expand_jobs(str(tmp_path), {"x.i": list(range(12))}, [0])
+    with pytest.raises(InvalidConfigError, match="job 0 fails"):
+        run_jobs(jobs, first_fails_runner, executor="process", workers=1)
+    ran = (tmp_path / "ran").read_text().split() if (tmp_path / "ran").exists() else []
+    assert len(ran) <= 4, ran  # without cancelling, all eleven run before the error is raised
+
+
+@needs_scenarios
+def test_hyckpt_sweep_trace_paths_are_relative_to_their_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace path in the file's ``[sweep]`` is relative to the file; one in an ``--axis``
+    value is relative to the working directory (where the command line was typed)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (sub / name).write_text((ROOT / "tests" / "data" / "session_trace.jsonl").read_text())
+    (sub / "trs.toml").write_text(
+        '[scenario]\nname = "trs"\n\n[workload]\ntrace = "a.jsonl"\nrequests = 5\n\n'
+        '[sweep]\n"workload.trace" = ["a.jsonl", "b.jsonl"]\n',
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    here = Path.cwd()
+    base = ["sweep", "sub/trs.toml", "--seeds", "1", "--executor", "serial", "--quiet"]
+
+    def traces(out: str, *axis: str) -> list[str]:
+        assert cli.main([*base, *axis, "--out", out]) == 0
+        return [json.loads(t)["workload"]["trace"] for t in _files(here / out / "trs").values()]
+
+    assert traces("table") == [str(here / "sub" / "a.jsonl"), str(here / "sub" / "b.jsonl")]
+    assert traces("axis", "--axis", "workload.trace=sub/b.jsonl") == [str(here / "sub" / "b.jsonl")]
+    assert cli.main([*base, "--axis", "workload.trace=b.jsonl", "--out", "bad"]) == 2
+    err = capsys.readouterr().err
+    assert f"workload.trace: found {str(here / 'b.jsonl')!r}, expected an existing trace" in err

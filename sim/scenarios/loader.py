@@ -3,14 +3,21 @@
 Every problem raises :class:`~sim.scenarios.schema.ScenarioError` naming the file, the
 dotted key path (``cache.block_size``), the value found and what was expected; unknown
 keys and tables get a "did you mean" suggestion for near-misses.
+
+Relative paths (``workload.trace``, ``workload.params.arrivals.path``) are relative to the
+scenario file, in its tables and in its ``[sweep]`` values alike; the loader makes them
+paths that hold from the working directory (sweep values: absolute paths). Values given
+to :meth:`Scenario.with_overrides` are taken as they are (relative to the working
+directory); :meth:`Scenario.absolute_paths` resolves them against a folder of your choice.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,6 +61,20 @@ RESERVED_KEYS: dict[str, str] = {
     "seed": "scenario.seed (or scenario.seeds)",
     "requests": "workload.requests",
 }
+#: Keys whose value is a file path, relative to the scenario file when it is relative
+#: (key -> the ``kind`` its table must have for the key to be a path, or ``None``).
+PATH_KEYS: dict[str, str | None] = {
+    "workload.trace": None,
+    "workload.params.arrivals.path": "trace",
+}
+
+
+class Combination(dict[str, object]):
+    """The axis values of one sweep run (axis key -> value), shown as ``key=value, ...``
+    in an error message."""
+
+    def __repr__(self) -> str:
+        return ", ".join(f"{key}={value!r}" for key, value in self.items())
 
 
 @dataclass(frozen=True)
@@ -95,7 +116,8 @@ class Scenario:
         sim_config: the engine configuration (its ``seed`` is :attr:`seed`).
         workload: the workload spec.
         expect: ``[expect]`` bounds, with :data:`~sim.scenarios.schema.DEFAULT_EXPECT`.
-        sweep_axes: ``[sweep]``: dotted key path -> values.
+        sweep_axes: ``[sweep]``: dotted key path -> values (relative trace paths in them
+            made absolute against the scenario file's folder).
         data: the file's tables as parsed (what :meth:`with_overrides` edits).
     """
 
@@ -110,20 +132,53 @@ class Scenario:
     sweep_axes: dict[str, list[object]]
     data: Mapping[str, Any] = field(repr=False, compare=False)
 
-    def with_overrides(self, overrides: Mapping[str, object]) -> Scenario:
+    def with_overrides(
+        self, overrides: Mapping[str, object], *, check_sweep: bool = True
+    ) -> Scenario:
         """This scenario with values replaced at dotted key paths.
 
         ``{"eviction.policy": "fifo", "cache.checkpoint_slots": 64}``; values are checked
-        like file values (errors name the key path). ``scenario.seed`` sets the seed.
+        like file values (errors name the key path). ``scenario.seed`` sets the seed. A
+        relative path in a value is relative to the working directory (see
+        :meth:`absolute_paths`). ``check_sweep=False`` leaves the ``[sweep]`` table
+        unchecked (a sweep whose axes replace it, or one run of a checked sweep).
         """
-        return self._override(overrides, check_sweep=True)
+        return self._override(overrides, check_sweep=check_sweep)
 
-    def _override(self, overrides: Mapping[str, object], *, check_sweep: bool) -> Scenario:
+    def absolute_paths(self, key: str, values: Sequence[object], base_dir: Path) -> list[object]:
+        """``values`` of the dotted key path ``key`` with every relative file path they set
+        (:data:`PATH_KEYS`, also inside a table value) made absolute against ``base_dir``,
+        the folder they are relative to: the scenario file's for its ``[sweep]``, the
+        working directory for ``hyckpt sweep --axis``. Other values are returned as given.
+        """
+        return [_absolute_paths(self.data, key, value, base_dir) for value in values]
+
+    def check_combinations(
+        self, axes: Mapping[str, Sequence[object]], *, key: str = "sweep"
+    ) -> None:
+        """Check every run of a sweep over ``axes``: each combination of their values (the
+        cross product, as :func:`sim.sweep.expand_jobs` makes it) applied together, with
+        the ``[sweep]`` table left unchecked. Nothing is run; a workload is started (its
+        first request made) once per distinct ``[workload]`` table and seed.
+
+        Raises:
+            ScenarioError: the first invalid combination, as ``key`` (``sweep``, or
+                ``--axis`` for axes from the command line): its values and the problem.
+        """
+        _check_combinations(self, axes, self._where(), key, set())
+
+    def _override(
+        self,
+        overrides: Mapping[str, object],
+        *,
+        check_sweep: bool,
+        started: set[str] | None = None,
+    ) -> Scenario:
         data = copy.deepcopy(dict(self.data))
         for dotted, value in overrides.items():
             set_path(data, dotted, value, self._where())
         return build_scenario(
-            data, self._where(), self.path, base_dir=None, check_sweep=check_sweep
+            data, self._where(), self.path, base_dir=None, check_sweep=check_sweep, started=started
         )
 
     def _where(self) -> str:
@@ -147,8 +202,21 @@ def set_path(data: dict[str, Any], dotted: str, value: object, where: str) -> No
     table[parts[-1]] = copy.deepcopy(value)
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def get_path(data: Mapping[str, Any], dotted: str) -> object:
+    """``data[a][b]...`` for ``dotted = "a.b..."`` (:data:`MISSING` where there is none)."""
+    value: object = data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def load_scenario(path: str | Path, *, check_sweep: bool = True) -> Scenario:
     """Read, validate and return the scenario in ``path``.
+
+    ``check_sweep=False`` checks the ``[sweep]`` table's shape only, not its values and
+    their combinations (for a sweep that replaces the table, or one run of a sweep).
 
     Raises:
         ScenarioError: unreadable file, bad TOML, or any invalid key or value.
@@ -159,22 +227,23 @@ def load_scenario(path: str | Path) -> Scenario:
     except OSError as error:
         expected = f"a readable file ({error.strerror})"
         raise ScenarioError(str(file), "(file)", MISSING, expected) from None
-    return _parse(raw, str(file), file)
+    return _parse(raw, str(file), file, check_sweep)
 
 
-def load_default_scenario() -> Scenario:
-    """The embedded default scenario (package data ``sim/scenarios/default.toml``)."""
+def load_default_scenario(*, check_sweep: bool = True) -> Scenario:
+    """The embedded default scenario (package data ``sim/scenarios/default.toml``);
+    ``check_sweep`` as for :func:`load_scenario`."""
     raw = resources.files("sim.scenarios").joinpath(DEFAULT_SCENARIO_RESOURCE).read_bytes()
-    return _parse(raw, "sim/scenarios/default.toml", None)
+    return _parse(raw, "sim/scenarios/default.toml", None, check_sweep)
 
 
-def _parse(raw: bytes, where: str, path: Path | None) -> Scenario:
+def _parse(raw: bytes, where: str, path: Path | None, check_sweep: bool) -> Scenario:
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ScenarioError(where, "(file)", MISSING, f"valid UTF-8 TOML ({error})") from None
     base = path.parent if path is not None else None
-    return build_scenario(data, where, path, base_dir=base)
+    return build_scenario(data, where, path, base_dir=base, check_sweep=check_sweep)
 
 
 def build_scenario(
@@ -184,12 +253,18 @@ def build_scenario(
     *,
     base_dir: Path | None,
     check_sweep: bool = True,
+    started: set[str] | None = None,
 ) -> Scenario:
     """Validate parsed tables and build the :class:`Scenario` (``where`` names the source).
 
-    ``base_dir`` resolves a relative ``workload.trace`` (the scenario file's folder).
+    ``base_dir`` resolves a relative ``workload.trace`` or arrivals path, in the tables
+    and in ``[sweep]`` values (the scenario file's folder). ``check_sweep`` checks every
+    ``[sweep]`` value and every combination of them (else only the table's shape).
+    ``started`` holds the workloads and implementations already checked (a sweep's
+    combinations share them, so that each is started once).
     """
     data: dict[str, Any] = copy.deepcopy(dict(parsed))
+    started = set() if started is None else started
     for name in data:
         if name not in TABLES:
             raise ScenarioError(
@@ -200,19 +275,14 @@ def build_scenario(
             )
     tables = {name: _table(data, name, where) for name in SCHEMA}
     if base_dir is not None and isinstance(data.get("workload"), dict):
-        trace = tables["workload"]["trace"]
-        if isinstance(trace, str) and not Path(trace).is_absolute():
-            data["workload"]["trace"] = tables["workload"]["trace"] = str(base_dir / trace)
-        # An arrivals trace (workload.params.arrivals = {kind = "trace", path = ...}) is
-        # relative to the scenario file too; tables["workload"]["params"] is that dict.
-        arrivals = tables["workload"]["params"].get("arrivals")
-        if isinstance(arrivals, dict) and arrivals.get("kind") == "trace":
-            path = arrivals.get("path")
-            if isinstance(path, str) and path and not Path(path).is_absolute():
-                arrivals["path"] = str(base_dir / path)
+        # workload.trace and an arrivals trace (workload.params.arrivals = {kind = "trace",
+        # path = ...}) are relative to the scenario file; tables["workload"]["params"] is
+        # data["workload"]["params"] (the same dict).
+        _resolve_paths(data, base_dir)
+        tables["workload"]["trace"] = data["workload"].get("trace")
     expect = _expect(data, where)
-    scenario = _assemble(data, tables, expect, where, path)
-    axes = _sweep(data, scenario, where, check_sweep)
+    scenario = _assemble(data, tables, expect, where, path, started)
+    axes = _sweep(data, scenario, where, check_sweep, base_dir, started)
     object.__setattr__(scenario, "sweep_axes", axes)
     return scenario
 
@@ -281,8 +351,45 @@ def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
     return expect
 
 
+def _resolve_paths(data: dict[str, Any], base_dir: Path, only: str = "") -> None:
+    """Join the relative file paths of :data:`PATH_KEYS` in ``data`` (those under the key
+    path ``only``, if given) onto ``base_dir``, in place. A path key whose table needs a
+    ``kind`` is resolved when that table has it, or when ``only`` is the key itself."""
+    for key, kind in PATH_KEYS.items():
+        if only and key != only and not key.startswith(f"{only}."):
+            continue
+        parent, _, name = key.rpartition(".")
+        table = get_path(data, parent)
+        if not isinstance(table, dict):
+            continue
+        if kind is not None and key != only and table.get("kind") != kind:
+            continue
+        value = table.get(name)
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            table[name] = str(base_dir / value)
+
+
+def _absolute_paths(data: Mapping[str, Any], key: str, value: object, base_dir: Path) -> object:
+    """``value`` for ``key`` with the relative file paths it sets made absolute against
+    ``base_dir`` (applied to a copy of ``data``, which gives the ``kind`` of its table)."""
+    if not any(path == key or path.startswith(f"{key}.") for path in PATH_KEYS):
+        return value
+    probe = copy.deepcopy(dict(data))
+    try:
+        set_path(probe, key, value, "")
+    except ScenarioError:
+        return value  # validating the value reports it
+    _resolve_paths(probe, base_dir.absolute(), only=key)
+    return get_path(probe, key)
+
+
 def _sweep(
-    data: dict[str, Any], scenario: Scenario, where: str, check: bool
+    data: dict[str, Any],
+    scenario: Scenario,
+    where: str,
+    check: bool,
+    base_dir: Path | None,
+    started: set[str],
 ) -> dict[str, list[object]]:
     raw = data.get("sweep", {})
     if not isinstance(raw, dict):
@@ -303,14 +410,50 @@ def _sweep(
         if not isinstance(values, list) or not values:
             raise ScenarioError(where, dotted, values, "a non-empty list of values")
         axes[key] = list(values)
-    for key, values in axes.items() if check else ():
+    if base_dir is not None:
+        # A relative path in a [sweep] value is relative to the scenario file, like one in
+        # its tables; the table is rewritten so that with_overrides re-checks the same.
+        resolved = {
+            key: scenario.absolute_paths(key, values, base_dir) for key, values in axes.items()
+        }
+        if resolved != axes:
+            axes = data["sweep"] = resolved
+    if not check:
+        return axes
+    for key, values in axes.items():
         for index, value in enumerate(values):
             try:
-                scenario._override({key: value}, check_sweep=False)
+                scenario._override({key: value}, check_sweep=False, started=started)
             except ScenarioError as error:
                 expected = error.expected if error.key == key else f"{error.key}: {error.expected}"
                 raise ScenarioError(where, f"sweep.{key}[{index}]", value, expected) from None
+    if len(axes) > 1:  # each value is valid alone; now every run of the sweep
+        _check_combinations(scenario, axes, where, "sweep", started)
     return axes
+
+
+def _check_combinations(
+    scenario: Scenario,
+    axes: Mapping[str, Sequence[object]],
+    where: str,
+    key: str,
+    started: set[str],
+) -> None:
+    """Apply every combination of ``axes`` (the cross product, last axis fastest) to
+    ``scenario`` and validate it; the first invalid one raises, as ``key``."""
+    keys = list(axes)
+    for values in itertools.product(*(axes[k] for k in keys)):
+        combination = Combination(zip(keys, values, strict=True))
+        try:
+            scenario._override(combination, check_sweep=False, started=started)
+        except ScenarioError as error:
+            raise ScenarioError(
+                where,
+                key,
+                combination,
+                f"axis values that are valid together (with these, {error.detail}); a "
+                "sweep runs every combination of its axes' values, so change or drop one",
+            ) from None
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -331,6 +474,7 @@ def _assemble(
     expect: dict[str, float],
     where: str,
     path: Path | None,
+    started: set[str] | None = None,
 ) -> Scenario:
     meta, model, cache, engine = (
         tables["scenario"],
@@ -447,13 +591,14 @@ def _assemble(
                 f"({per_slot} bytes each)",
             )
         config = dataclasses.replace(config, checkpoint_slots=None)
-    if backend["impl"] is not None:
+    if backend["impl"] is not None and not _seen(started, "impl", backend["impl"]):
         try:
             load_implementation(backend["impl"])
         except HyckptError as error:
             raise ScenarioError(
                 where, "backend.impl", backend["impl"], f"a loadable module:factory ({error})"
             ) from None
+        _mark(started, "impl", backend["impl"])
     for table, check in (
         ("placement", lambda: make_placement(config.placement, **config.placement_arguments())),
         ("eviction", lambda: make_eviction(config.eviction, **config.eviction_params)),
@@ -465,7 +610,7 @@ def _assemble(
             raise ScenarioError(
                 where, f"{table}.params", params, f"valid parameters ({error})"
             ) from None
-    workload = _workload(tables["workload"], seed, where)
+    workload = _workload(tables["workload"], seed, where, started)
     return Scenario(
         name=meta["name"],
         description=meta["description"],
@@ -480,7 +625,36 @@ def _assemble(
     )
 
 
-def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
+def _seen(started: set[str] | None, *what: object) -> bool:
+    return started is not None and repr(what) in started
+
+
+def _mark(started: set[str] | None, *what: object) -> None:
+    if started is not None:
+        started.add(repr(what))
+
+
+def _workload(
+    table: dict[str, Any], seed: int, where: str, started: set[str] | None = None
+) -> WorkloadSpec:
+    """The workload spec of ``[workload]``, started once (its first request made) unless
+    ``started`` holds the same table and seed already."""
+    if _seen(started, "workload", table, seed):
+        return _spec(table)
+    spec = _checked_workload(table, seed, where)
+    _mark(started, "workload", table, seed)
+    return spec
+
+
+def _spec(table: dict[str, Any]) -> WorkloadSpec:
+    """The spec of a ``[workload]`` table that has been checked."""
+    if table["trace"] is not None:
+        return WorkloadSpec(None, table["requests"], {}, table["trace"], table["trace_format"])
+    generator = canonical_name(table["generator"])
+    return WorkloadSpec(generator, table["requests"], dict(table["params"]))
+
+
+def _checked_workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
     generator, trace = table["generator"], table["trace"]
     if (generator is None) == (trace is None):
         raise ScenarioError(
@@ -496,7 +670,7 @@ def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
             )
         if not Path(trace).is_file():
             raise ScenarioError(where, "workload.trace", trace, "an existing trace file")
-        traced = WorkloadSpec(None, table["requests"], {}, trace, table["trace_format"])
+        traced = _spec(table)
         try:
             _start(traced, seed)
         except HyckptError as error:
@@ -511,7 +685,7 @@ def _workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
                 table["params"][key],
                 f"no {key!r} here: it is reserved, set {owner} instead",
             )
-    spec = WorkloadSpec(canonical_name(generator), table["requests"], dict(table["params"]))
+    spec = _spec(table)
     try:
         _start(spec, seed)
     except HyckptError as error:
