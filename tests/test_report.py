@@ -865,6 +865,15 @@ def test_the_table_keeps_file_order_and_survives_zero_time() -> None:
     ]
 
 
+def test_output_throughput_counts_output_a_preemption_discarded_once() -> None:
+    """Output thrown away by a preemption and decoded again is work, not output: the
+    column divides decode_tokens - discarded_decode_tokens by the simulated time."""
+    docs = [result_doc("turns", "lru", 4, 0, 0.2) for _ in range(2)]
+    docs[1]["totals"]["discarded_decode_tokens"] = 500
+    cells = table_rows("\n".join(table(rows_of(docs))))
+    assert [c["output tok/s"] for c in cells] == ["40", "30"]  # 2000 / 50, 1500 / 50
+
+
 def test_summary_header_lists_every_scenario_seed_revision_version_and_gpu(
     tmp_path: Path,
 ) -> None:
