@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 from reference.errors import InvalidConfigError
 
-__all__ = ["OutputPathError", "check_output_dir", "check_output_file", "write_text_atomic"]
+__all__ = [
+    "OutputPathError",
+    "atomic_writer",
+    "check_output_dir",
+    "check_output_file",
+    "write_text_atomic",
+]
 
 
 class OutputPathError(InvalidConfigError):
@@ -82,10 +91,29 @@ def write_text_atomic(
     path: str | os.PathLike[str], text: str, *, create_parents: bool = False
 ) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder that
-    replaces ``path`` once complete: a failed write leaves the old file (or none).
+    replaces ``path`` once complete (:func:`atomic_writer`): a failed write leaves the old
+    file (or none).
 
     Raises:
         OutputPathError: the file cannot be written (the operating system's reason).
+    """
+    with atomic_writer(path, create_parents=create_parents) as (target, stream):
+        stream.write(text)
+    return target
+
+
+@contextmanager
+def atomic_writer(
+    path: str | os.PathLike[str], *, binary: bool = False, create_parents: bool = False
+) -> Iterator[tuple[Path, IO[Any]]]:
+    """``(path, stream)``: a stream (text UTF-8, or ``binary``) on a hidden temporary file
+    beside ``path`` (``.<name>.<random>.tmp``) that replaces ``path`` once the ``with``
+    block completes. If the block or the write fails, the old file (or none) stays and
+    no temporary is left behind.
+
+    Raises:
+        OutputPathError: the file cannot be written (the operating system's reason), also
+            for an :class:`OSError` raised inside the block.
     """
     target = check_output_file(path, create_parents=create_parents)
     try:
@@ -94,12 +122,15 @@ def write_text_atomic(
         # open(..., "x") rather than tempfile.mkstemp: the file gets the usual permissions.
         temporary = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
         try:
-            with open(temporary, "x", encoding="utf-8") as stream:
-                stream.write(text)
+            if binary:
+                with open(temporary, "xb") as stream:
+                    yield target, stream
+            else:
+                with open(temporary, "x", encoding="utf-8") as text_stream:
+                    yield target, text_stream
             os.replace(temporary, target)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
     except OSError as error:
         raise OutputPathError(target, error.strerror or str(error)) from None
-    return target

@@ -1115,6 +1115,7 @@ def test_outputs_exports_its_public_names() -> None:
     """``sim.outputs.__all__`` is the module's public API."""
     assert sorted(outputs.__all__) == [
         "OutputPathError",
+        "atomic_writer",
         "check_output_dir",
         "check_output_file",
         "write_text_atomic",

@@ -166,7 +166,11 @@ def test_a_write_failure_in_the_summary_keeps_the_old_summary(
             self.stream.write(text[: len(text) // 2])
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(outputs, "open", Half, raising=False)
+    def text_half(path: Path, mode: str, **kwargs: Any) -> object:
+        """The figures (binary) are written whole; the summary (text) half."""
+        return real_open(path, mode, **kwargs) if "b" in mode else Half(path, mode, **kwargs)
+
+    monkeypatch.setattr(outputs, "open", text_half, raising=False)
     with pytest.raises(OutputPathError) as info:
         build_report(folder)
     assert info.value.path == str(folder / "summary.md")

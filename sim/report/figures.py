@@ -5,8 +5,6 @@ results."""
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +19,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from sim.engine.costs import GIB
-from sim.outputs import OutputPathError, check_output_dir
+from sim.outputs import OutputPathError, atomic_writer, check_output_dir
 from sim.report.data import (
     CURVE_AXES,
     OVERCOMMIT_MARK,
@@ -160,18 +158,8 @@ def save(figure: Figure, path: Path) -> None:
     Raises:
         OutputPathError: the PNG cannot be written (the operating system's reason).
     """
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        try:
-            with open(temporary, "xb") as stream:
-                figure.savefig(stream, format="png", dpi=DPI, metadata={"Software": None})
-            os.replace(temporary, path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-    except OSError as error:
-        raise OutputPathError(path, error.strerror or str(error)) from None
+    with atomic_writer(path, binary=True) as (_, stream):
+        figure.savefig(stream, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def _mean(values: Sequence[float]) -> float:
