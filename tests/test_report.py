@@ -812,6 +812,18 @@ def test_results_without_sweep_fields_group_by_config_but_the_seed() -> None:
     ]
     (alone,) = configurations(rows_of(docs[:1]))
     assert alone.label == "turns × lru, slots=4"
+    # The workload is not in config: runs alike but for it (or its seed) are grouped apart
+    # (or together), like the seed of the config.
+    for doc in docs:
+        doc["config"]["kv_blocks"] = 1024
+        seed = doc["config"]["seed"]
+        doc["workload"] = {"name": "chat", "requests": 10 * (1 + docs.index(doc) % 2)}
+        doc["workload"]["seed"] = seed
+    configs = configurations(rows_of(docs))
+    assert [[r.file for r in c.rows] for c in configs] == [
+        ["0000.json", "0002.json"],
+        ["0001.json", "0003.json"],
+    ]
 
 
 def test_a_sweep_of_one_setting_is_labelled_by_its_policy() -> None:

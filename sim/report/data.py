@@ -208,13 +208,18 @@ def _configuration_key(row: Row) -> str:
         return "sweep " + json.dumps(chosen, sort_keys=True, default=str)
     config = row.data.get("config")
     chosen = {k: v for k, v in config.items() if k != "seed"} if isinstance(config, dict) else {}
+    # The workload is not part of config: two runs alike but for it are two configurations.
+    workload = row.data.get("workload")
+    if isinstance(workload, dict):
+        chosen["workload"] = {k: v for k, v in workload.items() if k != "seed"}
     return f"config {row.scenario} " + json.dumps(chosen, sort_keys=True, default=str)
 
 
 def configurations(rows: Sequence[Row]) -> list[Configuration]:
     """``rows`` grouped into :class:`Configuration` s (runs alike but for the seed), in the
     order of their first file. Runs with ``sweep`` fields are alike when their axis values
-    (but the seed) are; runs without, when their ``config`` (but the seed) is."""
+    (but the seed) are; runs without, when their ``config`` and ``workload`` (but the
+    seed) are."""
     varying = varying_axes(rows) - {SEED_AXIS}
     mixed = several_scenarios(rows)
     groups: dict[str, list[Row]] = {}
