@@ -69,17 +69,20 @@ class Job:
         scenario: what the runner loads (a scenario file path or name).
         overrides: axis key → value, in axis order.
         seed: the run's seed; ``None`` = the scenario's own.
+        shown: the same values as recorded and labelled (file paths relative to where
+            they were given, not the absolute paths the run uses); empty = ``overrides``.
     """
 
     index: int
     scenario: str
     overrides: tuple[tuple[str, object], ...]
     seed: int | None
+    shown: tuple[tuple[str, object], ...] = ()
 
     @property
     def sweep(self) -> dict[str, object]:
         """The axis values recorded in the result file (the seed included)."""
-        values = dict(self.overrides)
+        values = dict(self.shown or self.overrides)
         if self.seed is not None:
             values[SEED_AXIS] = self.seed
         return values
@@ -92,13 +95,17 @@ class Job:
 
 
 def expand_jobs(
-    scenario: str, axes: Mapping[str, Sequence[object]], seeds: Sequence[int] | None
+    scenario: str,
+    axes: Mapping[str, Sequence[object]],
+    seeds: Sequence[int] | None,
+    shown: Mapping[str, Sequence[object]] | None = None,
 ) -> list[Job]:
     """The cross product of ``axes`` (in key order as given, values in the order given),
     times ``seeds`` (outermost last: every axis combination for seed 0, then seed 1...).
 
     ``seeds=None`` runs each combination once with the scenario's seed (or the
-    ``scenario.seed`` axis, if there is one).
+    ``scenario.seed`` axis, if there is one). ``shown`` gives, value for value, what each
+    job records and labels instead of ``axes`` (:attr:`Job.shown`).
 
     Raises:
         InvalidConfigError: an axis without values, or both ``seeds`` and a
@@ -112,11 +119,18 @@ def expand_jobs(
     if seeds is not None and SEED_AXIS in axes:
         raise InvalidConfigError(f"give the seeds either as --seeds or as axis {SEED_AXIS!r}")
     keys = list(axes)
+    if shown is not None and {k: len(v) for k, v in shown.items()} != {
+        k: len(axes[k]) for k in keys
+    }:
+        raise InvalidConfigError("shown sweep values must match the axes, value for value")
     combos = list(itertools.product(*(axes[k] for k in keys)))
+    labels = list(itertools.product(*(shown[k] for k in keys))) if shown else [()] * len(combos)
     jobs: list[Job] = []
     for seed in [None] if seeds is None else list(seeds):
-        for combo in combos:
-            jobs.append(Job(len(jobs), scenario, tuple(zip(keys, combo, strict=True)), seed))
+        for combo, label in zip(combos, labels, strict=True):
+            overrides = tuple(zip(keys, combo, strict=True))
+            display = tuple(zip(keys, label, strict=True)) if label else ()
+            jobs.append(Job(len(jobs), scenario, overrides, seed, display))
     return jobs
 
 
@@ -339,6 +353,7 @@ def run_sweep(
     scheduler: str | None = None,
     progress: bool = False,
     report: bool = True,
+    shown: Mapping[str, Sequence[object]] | None = None,
 ) -> Path:
     """Run the sweep, write ``out/<name>/results/*.json`` and, with ``report``, build the
     report; return ``out/<name>`` (:func:`run_sweep_in` writes into a folder of your
@@ -367,6 +382,7 @@ def run_sweep(
         scheduler=scheduler,
         progress=progress,
         report=report,
+        shown=shown,
     )
 
 
@@ -383,10 +399,11 @@ def run_sweep_in(
     scheduler: str | None = None,
     progress: bool = False,
     report: bool = True,
+    shown: Mapping[str, Sequence[object]] | None = None,
 ) -> Path:
     """:func:`run_sweep` writing ``folder/results/*.json`` (and the report in ``folder``);
     return ``folder``."""
-    jobs = expand_jobs(scenario, axes, seeds)
+    jobs = expand_jobs(scenario, axes, seeds, shown)
     if executor not in EXECUTORS:
         raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
     check_workers(workers)
@@ -517,17 +534,23 @@ def main(args: argparse.Namespace) -> int:
     relative to the working directory; one in the file is relative to the file.
     """
     check_workers(args.workers)
-    cli_axes = parse_axes(args.axis)
+    typed = parse_axes(args.axis)
     cli_seeds = parse_seeds(args.seeds) if args.seeds is not None else None
-    scenario = load_scenario_ref(args.scenario, check_sweep=not cli_axes)
+    scenario = load_scenario_ref(args.scenario, check_sweep=not typed)
     cwd = Path.cwd()
-    cli_axes = {key: scenario.absolute_paths(key, values, cwd) for key, values in cli_axes.items()}
+    cli_axes = {key: scenario.absolute_paths(key, values, cwd) for key, values in typed.items()}
     for key, values in cli_axes.items():
         for value in values:
             scenario.with_overrides({key: value}, check_sweep=False)
     if len(cli_axes) > 1:  # each value is valid alone; now every run
         scenario.check_combinations(cli_axes, key="--axis")
     axes: dict[str, list[object]] = cli_axes if cli_axes else dict(scenario.sweep_axes)
+    # Results record (and reports label) paths as given: relative to the working
+    # directory for --axis, to the file for its [sweep]; the runs use absolute ones.
+    shown: Mapping[str, Sequence[object]] = typed
+    if not typed and scenario.path is not None:
+        base = Path(scenario.path).parent
+        shown = {key: scenario.shown_paths(key, values, base) for key, values in axes.items()}
     seeds = cli_seeds if cli_seeds is not None else default_seeds(scenario, axes)
     folder = sweep_folder(args.out, scenario.name)
     check_output_dir(folder / RESULTS_DIR)
@@ -542,6 +565,7 @@ def main(args: argparse.Namespace) -> int:
         workers=args.workers,
         scheduler=args.scheduler,
         progress=not args.quiet,
+        shown=shown or None,
     )
     files = sorted((folder / RESULTS_DIR).glob("*.json"))
     failed = [f.name for f in files if not json.loads(f.read_text())["lockstep"].get("ok")]

@@ -86,6 +86,14 @@ def test_job_expansion_edge_cases() -> None:
     assert (
         expand_jobs("s/x y.toml", {"a.b": ["x/y z"]}, [0])[0].filename == "0000-b=x_y_z-seed=0.json"
     )
+    # What a job records may differ from what it runs with (a path as given vs absolute).
+    (job,) = expand_jobs(
+        "s", {"workload.trace": ["/abs/t.jsonl"]}, [0], {"workload.trace": ["t.jsonl"]}
+    )
+    assert job.overrides == (("workload.trace", "/abs/t.jsonl"),)
+    assert job.sweep == {"workload.trace": "t.jsonl", SEED_AXIS: 0}
+    with pytest.raises(InvalidConfigError, match="value for value"):
+        expand_jobs("s", {"workload.trace": ["/a", "/b"]}, [0], {"workload.trace": ["a"]})
 
 
 def test_option_parsing() -> None:
@@ -658,3 +666,14 @@ def test_hyckpt_sweep_trace_paths_are_relative_to_their_source(
     assert cli.main([*base, "--axis", "workload.trace=b.jsonl", "--out", "bad"]) == 2
     err = capsys.readouterr().err
     assert f"workload.trace: found {str(here / 'b.jsonl')!r}, expected an existing trace" in err
+    # Results record, file names and labels show the paths as given, not absolute ones.
+    shown = {
+        name: json.loads(text)["sweep"]["workload.trace"]
+        for out in ("table", "axis")
+        for name, text in _files(here / out / "trs").items()
+    }
+    assert shown == {
+        "0000-trace=a.jsonl-seed=1.json": "a.jsonl",
+        "0001-trace=b.jsonl-seed=1.json": "b.jsonl",
+        "0000-trace=sub_b.jsonl-seed=1.json": "sub/b.jsonl",
+    }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -152,6 +153,14 @@ class Scenario:
         working directory for ``hyckpt sweep --axis``. Other values are returned as given.
         """
         return [_absolute_paths(self.data, key, value, base_dir) for value in values]
+
+    def shown_paths(self, key: str, values: Sequence[object], base_dir: Path) -> list[object]:
+        """The reverse of :meth:`absolute_paths`: ``values`` with the absolute file paths
+        they set made relative to ``base_dir``, as a sweep records and labels them (long
+        absolute paths would crowd every legend and file name)."""
+        return [
+            _absolute_paths(self.data, key, value, base_dir, relative=True) for value in values
+        ]
 
     def check_combinations(
         self, axes: Mapping[str, Sequence[object]], *, key: str = "sweep"
@@ -351,10 +360,13 @@ def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
     return expect
 
 
-def _resolve_paths(data: dict[str, Any], base_dir: Path, only: str = "") -> None:
+def _resolve_paths(
+    data: dict[str, Any], base_dir: Path, only: str = "", *, relative: bool = False
+) -> None:
     """Join the relative file paths of :data:`PATH_KEYS` in ``data`` (those under the key
-    path ``only``, if given) onto ``base_dir``, in place. A path key whose table needs a
-    ``kind`` is resolved when that table has it, or when ``only`` is the key itself."""
+    path ``only``, if given) onto ``base_dir``, in place; with ``relative``, the reverse:
+    absolute paths made relative to ``base_dir``. A path key whose table needs a ``kind``
+    is resolved when that table has it, or when ``only`` is the key itself."""
     for key, kind in PATH_KEYS.items():
         if only and key != only and not key.startswith(f"{only}."):
             continue
@@ -365,13 +377,17 @@ def _resolve_paths(data: dict[str, Any], base_dir: Path, only: str = "") -> None
         if kind is not None and key != only and table.get("kind") != kind:
             continue
         value = table.get(name)
-        if isinstance(value, str) and value and not Path(value).is_absolute():
-            table[name] = str(base_dir / value)
+        if not isinstance(value, str) or not value or Path(value).is_absolute() != relative:
+            continue
+        table[name] = os.path.relpath(value, base_dir) if relative else str(base_dir / value)
 
 
-def _absolute_paths(data: Mapping[str, Any], key: str, value: object, base_dir: Path) -> object:
+def _absolute_paths(
+    data: Mapping[str, Any], key: str, value: object, base_dir: Path, *, relative: bool = False
+) -> object:
     """``value`` for ``key`` with the relative file paths it sets made absolute against
-    ``base_dir`` (applied to a copy of ``data``, which gives the ``kind`` of its table)."""
+    ``base_dir`` (applied to a copy of ``data``, which gives the ``kind`` of its table);
+    with ``relative``, its absolute paths made relative to ``base_dir``."""
     if not any(path == key or path.startswith(f"{key}.") for path in PATH_KEYS):
         return value
     probe = copy.deepcopy(dict(data))
@@ -379,7 +395,7 @@ def _absolute_paths(data: Mapping[str, Any], key: str, value: object, base_dir: 
         set_path(probe, key, value, "")
     except ScenarioError:
         return value  # validating the value reports it
-    _resolve_paths(probe, base_dir.absolute(), only=key)
+    _resolve_paths(probe, base_dir.absolute(), only=key, relative=relative)
     return get_path(probe, key)
 
 
