@@ -37,6 +37,7 @@ import torch
 
 from reference.api import PrefillExporter, SnapshotStorage
 from reference.errors import (
+    AxisNotConfiguredError,
     InvalidTokenCountError,
     LayoutMismatchError,
     SlotOutOfRangeError,
@@ -332,10 +333,18 @@ def plan_export_to_storage(
     exactly once, then plans every layer (:func:`plan_export`) against those slabs.
 
     Raises:
+        AxisNotConfiguredError: ``storage`` has no recurrent slabs (nothing to export
+            into: without a layer no argument would be checked, and no slot marked).
         LayoutMismatchError: ``layers`` misses, repeats or does not know a recurrent
             slab; and the errors of :func:`plan_export`.
     """
     recurrent = storage.slabs()[RECURRENT]
+    if not recurrent:
+        raise AxisNotConfiguredError(
+            "this storage has no recurrent slabs, so a prefill has no recurrent "
+            "checkpoint to export into it; build the storage from a live state with "
+            "recurrent layers"
+        )
     named = [name for layer in layers for name in (layer.conv_name, layer.state_name)]
     repeated = sorted({name for name in named if named.count(name) > 1})
     unknown = sorted(set(named) - set(recurrent))
@@ -388,6 +397,7 @@ def export_to_storage(
     marked. Returns the marked slots, in row order.
 
     Raises:
+        AxisNotConfiguredError: ``storage`` has no recurrent slabs.
         LayoutMismatchError: ``layers`` misses, repeats or does not know a recurrent
             slab; and the errors of :func:`plan_export`.
     """

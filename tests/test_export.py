@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from reference.api import Implementation, PrefillExporter
 from reference.errors import (
+    AxisNotConfiguredError,
     HyckptError,
     InvalidTokenCountError,
     LayoutMismatchError,
@@ -28,7 +29,15 @@ from reference.errors import (
 )
 from reference.export import LayerExport, export_to_storage
 from reference.state import LiveState
-from tests.test_storage import DTYPES, build, poison, random_tensor, same_bits, strided_copy
+from tests.test_storage import (
+    DTYPES,
+    build,
+    make_live,
+    poison,
+    random_tensor,
+    same_bits,
+    strided_copy,
+)
 
 STATE_SHAPE = (2, 3)
 
@@ -532,6 +541,20 @@ def test_export_to_storage_validates_every_layer_before_writing(impl: Implementa
     for name, slab in storage.slabs()["recurrent"].items():
         assert same_bits(slab, before[name]), f"{name} written although a later layer was bad"
     assert not any(storage.is_recurrent_captured(s) for s in range(4))
+
+
+def test_export_to_storage_without_recurrent_slabs_is_an_axis_error(impl: Implementation) -> None:
+    """A storage of a model without recurrent layers has nothing to export into: a typed
+    error, not a silent ``()`` that checked none of the rows' arguments."""
+    storage = build(impl, make_live(torch.Generator().manual_seed(10), recurrent=False), 2, 2)
+    with pytest.raises(AxisNotConfiguredError, match="no recurrent slabs"):
+        export_to_storage(
+            storage,
+            [],
+            cu_seqlens=torch.tensor([0, 3]),
+            offsets=torch.tensor([7]),
+            destinations=torch.tensor([99]),
+        )
 
 
 @pytest.mark.parametrize(

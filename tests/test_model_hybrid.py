@@ -516,6 +516,14 @@ def test_layout_and_draft_errors() -> None:
     state = model.new_state(1, PAGES, BLOCK)
     with pytest.raises(LayoutMismatchError):
         model.draft_row(state, TABLE, 0, torch.zeros(3, dtype=torch.float64), 1)
+    hidden_as_list = [0.0] * model.config.d_model  # not a tensor: typed, nothing written
+    with pytest.raises(LayoutMismatchError, match="got list"):
+        model.draft_row(state, TABLE, 0, hidden_as_list, 1)  # type: ignore[arg-type]
+    with pytest.raises(LayoutMismatchError, match="got list"):
+        model.draft_fill(state, TABLE, [hidden_as_list], [1], 0)  # type: ignore[arg-type]
+    with pytest.raises(LayoutMismatchError, match="got list"):
+        model.speculate(state, 0, TABLE, 1, [1], 1, boundary_hidden=hidden_as_list)  # type: ignore[arg-type]
+    assert_pages_equal(state, model.new_state(1, PAGES, BLOCK), "after rejected hidden")
     with pytest.raises(InvalidTokenCountError):
         model.draft_fill(
             state, TABLE, torch.zeros(2, model.config.d_model, dtype=torch.float64), [1], 0

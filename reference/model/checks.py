@@ -127,6 +127,10 @@ def check_layout(
 def check_hidden(hidden: torch.Tensor, rows: int | None, d_model: int) -> None:
     """``hidden`` is float64 ``[rows, d_model]`` (``[d_model]`` when ``rows`` is None)."""
     expected: tuple[int, ...] = (d_model,) if rows is None else (rows, d_model)
+    if not isinstance(hidden, torch.Tensor):
+        raise LayoutMismatchError(
+            f"hidden must be a {DTYPE} tensor of shape {expected}, got {type(hidden).__name__}"
+        )
     if hidden.dtype != DTYPE or tuple(hidden.shape) != expected:
         raise LayoutMismatchError(
             f"hidden is {hidden.dtype} {tuple(hidden.shape)}, expected {DTYPE} {expected}"

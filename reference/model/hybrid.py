@@ -413,7 +413,9 @@ class TinyHybrid:
         draft = self._require_draft()
         successors = check_tokens(tokens_successors, self.config.vocab_size, "tokens_successors")
         check_count("start", start)
-        if hidden.dim() != 2 or hidden.shape[0] != len(successors):
+        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+            check_hidden(hidden, len(successors), self.config.d_model)  # raises
+        if hidden.shape[0] != len(successors):
             raise InvalidTokenCountError(
                 f"draft_fill needs one successor token per hidden row: hidden has shape "
                 f"{tuple(hidden.shape)}, got {len(successors)} successors"
