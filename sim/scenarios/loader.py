@@ -158,9 +158,7 @@ class Scenario:
         """The reverse of :meth:`absolute_paths`: ``values`` with the absolute file paths
         they set made relative to ``base_dir``, as a sweep records and labels them (long
         absolute paths would crowd every legend and file name)."""
-        return [
-            _absolute_paths(self.data, key, value, base_dir, relative=True) for value in values
-        ]
+        return [_absolute_paths(self.data, key, value, base_dir, relative=True) for value in values]
 
     def check_combinations(
         self, axes: Mapping[str, Sequence[object]], *, key: str = "sweep"
