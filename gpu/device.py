@@ -280,9 +280,10 @@ def time_calls(
     the spin must still be pending once the last call is enqueued. If it was not, the
     measurement is repeated with twice the head start, up to ``tries`` times, and
     :attr:`Timing.host_bound` reports the last. Elsewhere both times are
-    ``time.perf_counter`` means.
+    ``time.perf_counter`` means. On CUDA at least one warm-up call runs whatever
+    ``warmup`` says: a first call compiles its kernel, which no timing should include.
     """
-    for _ in range(warmup):
+    for _ in range(max(warmup, 1) if is_cuda(device) else warmup):
         fn()
     if not is_cuda(device):
         start_s = time.perf_counter()

@@ -17,6 +17,8 @@ from sim.bench.gpu_bench import Row, add_arguments, headline, main, percent, rep
 from sim.cli import main as cli_main
 
 HEADLINE_RE = re.compile(r"^capture_recurrent bandwidth vs large copy: \d+(\.\d+)?(e-\d+)?%$")
+#: What the headline of a run in the interpreter ends with (not a GPU figure, and says so).
+INTERPRETED = " (tiny sizes in the Triton interpreter, not a GPU figure)"
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -33,7 +35,8 @@ def test_quick_run_prints_a_table_and_the_headline_last(
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert "Triton interpreter" in lines[0]
-    assert HEADLINE_RE.match(lines[-1]), lines[-1]
+    assert lines[-1].endswith(INTERPRETED), lines[-1]
+    assert HEADLINE_RE.match(lines[-1].removesuffix(INTERPRETED)), lines[-1]
     ops = {(line.split()[0], line.split()[1]) for line in lines[3:-1]}
     for model in ("nemotron-h-8b", "gpt-oss-20b"):
         for op in ("capture_recurrent", "restore_recurrent", "zero_recurrent",
@@ -47,7 +50,8 @@ def test_the_cli_wires_bench_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "hyckpt bench gpu" in out and "--pairs" in out
     assert cli_main(["bench", "gpu", "--quick", "--device", "cpu", "--models", "jamba-v0.1"]) == 0
-    assert HEADLINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert HEADLINE_RE.match(last.removesuffix(INTERPRETED))
     assert cli_main(["bench", "gpu", "--models", "no-such-model"]) == 2
     assert "unknown model" in capsys.readouterr().err
     assert cli_main(["bench", "gpu", "--pairs", "0", "--device", "cpu"]) == 2
@@ -62,7 +66,27 @@ def test_headline_uses_the_first_capture_row() -> None:
     assert headline(rows) == "capture_recurrent bandwidth vs large copy: 87.0%"
     assert report(rows)[-1] == headline(rows)
     assert headline([]) == "capture_recurrent bandwidth vs large copy: n/a%"
+    assert headline(rows, "why") == "capture_recurrent bandwidth vs large copy: 87.0% (why)"
+    assert report(rows, "why")[-1] == headline(rows, "why")
     assert percent(0.01234) == "0.012" and percent(103.45) == "103.5"
+
+
+def test_rows_are_printed_as_each_model_is_measured(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cut short by a time limit keeps the rows of the models it measured: each
+    model's rows are out before the next model is built."""
+    built = gpu_bench.build_workload
+    seen: list[str] = []
+
+    def build(name: str, *args: object, **kwargs: object) -> object:
+        seen.append(capsys.readouterr().out)  # what was printed before this model
+        return built(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu_bench, "build_workload", build)
+    argv = ("--quick", "--device", "cpu", "--models", "gpt-oss-20b", "jamba-v0.1")
+    assert main(_args(*argv)) == 0
+    assert "gpt-oss-20b" not in seen[0] and "capture_recurrent    gpt-oss-20b" in seen[1]
 
 
 def test_defaults_name_real_models() -> None:
@@ -120,7 +144,8 @@ def test_chunks_per_program_is_an_option_and_restored_after(
 
     argv = ("--quick", "--device", "cpu", "--models", "gpt-oss-20b", "--chunks-per-program", "3")
     assert main(_args(*argv)) == 0
-    assert HEADLINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert HEADLINE_RE.match(last.removesuffix(INTERPRETED))
     assert launch.CHUNKS_PER_PROGRAM == 1
     assert main(_args("--device", "cpu", "--chunks-per-program", "0")) == 2
     assert "--chunks-per-program" in capsys.readouterr().err
@@ -156,3 +181,8 @@ def test_time_calls_doubles_the_head_start_until_the_host_keeps_ahead(
     )
     assert dev.time_calls(lambda: None, torch.device("cuda"), 0, 4, tries=2).host_bound
     assert len(head_starts) == 2
+    # warmup=0 still makes one untimed call on CUDA (a first call compiles its kernel):
+    # 1 + 4 host-timed calls here, the queued ones being stood in for.
+    calls: list[int] = []
+    dev.time_calls(lambda: calls.append(1), torch.device("cuda"), 0, 4, tries=1)
+    assert len(calls) == 1 + 4

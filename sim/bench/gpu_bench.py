@@ -27,7 +27,8 @@ live bytes. The targets in docs/GPU.md apply to an H200. Without CUDA the benchm
 (each model's first tensors, every dimension capped) in the Triton interpreter, says so,
 and its numbers only show that the code path works. The last line is always
 ``capture_recurrent bandwidth vs large copy: <N>%`` (the kernel's capture bandwidth as a
-percentage of the large copy's, for the first model).
+percentage of the large copy's, for the first model); a run of tiny sizes appends why
+the figure is not a GPU measurement, for readers who keep only that line.
 """
 
 from __future__ import annotations
@@ -375,45 +376,62 @@ def _reference_export(call: dict[str, torch.Tensor]) -> None:
 # --- report ------------------------------------------------------------------------------
 
 
-def report(rows: Sequence[Row]) -> list[str]:
+def report(rows: Sequence[Row], qualifier: str = "") -> list[str]:
     """The table, a note on host-bound times if any, then the headline (always last).
 
     GB/s columns are bytes written per second of device time; ``*`` marks a time that
     includes waits for the host. ``host µs/call`` is the kernel method's host time.
+    ``qualifier`` (e.g. that the sizes are tiny) is appended to the headline.
     """
+    return [*table_header(), *(row_line(r) for r in rows), *footer(rows, qualifier)]
+
+
+def table_header() -> list[str]:
+    """The table's column names and rule."""
     header = (
         f"{'op':<20} {'model':<20} {'pairs':>5} {'MiB/call':>9} {'kernel GB/s':>12} "
         f"{'per-pair GB/s':>14} {'torch copy_ GB/s':>17} {'large copy GB/s':>16} "
         f"{'kernel/large':>12} {'host µs/call':>12}"
     )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        cells = [
-            f"{r.gbps(seconds):.4g}" + ("*" if method in r.host_bound else "")
-            for method, seconds in zip(
-                METHODS, (r.kernel_s, r.per_pair_s, r.torch_s, r.large_s), strict=True
-            )
-        ]
-        lines.append(
-            f"{r.op:<20} {r.model:<20} {r.pairs:>5} {r.nbytes / 2**20:>9.3f} "
-            f"{cells[0]:>12} {cells[1]:>14} {cells[2]:>17} {cells[3]:>16} "
-            f"{percent(r.vs_large):>11}% {r.kernel_host_s * 1e6:>12.1f}"
+    return [header, "-" * len(header)]
+
+
+def row_line(r: Row) -> str:
+    """One row of the table."""
+    cells = [
+        f"{r.gbps(seconds):.4g}" + ("*" if method in r.host_bound else "")
+        for method, seconds in zip(
+            METHODS, (r.kernel_s, r.per_pair_s, r.torch_s, r.large_s), strict=True
         )
+    ]
+    return (
+        f"{r.op:<20} {r.model:<20} {r.pairs:>5} {r.nbytes / 2**20:>9.3f} "
+        f"{cells[0]:>12} {cells[1]:>14} {cells[2]:>17} {cells[3]:>16} "
+        f"{percent(r.vs_large):>11}% {r.kernel_host_s * 1e6:>12.1f}"
+    )
+
+
+def footer(rows: Sequence[Row], qualifier: str = "") -> list[str]:
+    """The note on host-bound times (if any), then the headline."""
+    lines = []
     if any(r.host_bound for r in rows):
         lines.append(
             "* the device waited for the host during these calls (a call that synchronises, "
             "such as the exporter's plan, or host work longer than the head start): the "
             "figure includes host time"
         )
-    lines.append(headline(rows))
+    lines.append(headline(rows, qualifier))
     return lines
 
 
-def headline(rows: Sequence[Row]) -> str:
-    """``capture_recurrent bandwidth vs large copy: <N>%`` for the first model measured."""
+def headline(rows: Sequence[Row], qualifier: str = "") -> str:
+    """``capture_recurrent bandwidth vs large copy: <N>%`` for the first model measured,
+    then `` (<qualifier>)`` if given: a figure from tiny sizes says so on its own line,
+    for readers who keep only the last line."""
     first = next((r for r in rows if r.op == HEADLINE_OP), None)
     value = "n/a" if first is None else percent(first.vs_large)
-    return f"{HEADLINE_OP} bandwidth vs large copy: {value}%"
+    line = f"{HEADLINE_OP} bandwidth vs large copy: {value}%"
+    return f"{line} ({qualifier})" if qualifier else line
 
 
 def percent(value: float) -> str:
@@ -527,16 +545,28 @@ def main(args: argparse.Namespace) -> int:
             f"{repeats} timed calls after {warmup} warm-up calls, "
             f"{args.chunks_per_program} chunk(s) per program"
         )
+    qualifier = ""
+    if device.type == "cpu":
+        qualifier = "tiny sizes in the Triton interpreter, not a GPU figure"
+    elif args.quick:
+        qualifier = "--quick: tiny sizes, not a measurement"
+    # Rows are printed as each model is measured (flushed): a run cut short by a time
+    # limit keeps what it measured.
+    for line in table_header():
+        print(line, flush=True)
     rows: list[Row] = []
     previous = launch.CHUNKS_PER_PROGRAM
     launch.set_chunks_per_program(args.chunks_per_program)
     try:
         for name in args.models:
             work = build_workload(name, pairs, block, device, tiny=tiny)
-            rows += measure(work, device, warmup, repeats)
+            measured = measure(work, device, warmup, repeats)
             del work
+            for row in measured:
+                print(row_line(row), flush=True)
+            rows += measured
     finally:
         launch.set_chunks_per_program(previous)
-    for line in report(rows):
+    for line in footer(rows, qualifier):
         print(line)
     return 0
