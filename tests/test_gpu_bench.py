@@ -11,6 +11,7 @@ import argparse
 import re
 
 import pytest
+import torch
 
 from sim.bench import gpu_bench
 from sim.bench.gpu_bench import Row, add_arguments, headline, main, percent, report
@@ -186,3 +187,20 @@ def test_time_calls_doubles_the_head_start_until_the_host_keeps_ahead(
     calls: list[int] = []
     dev.time_calls(lambda: calls.append(1), torch.device("cuda"), 0, 4, tries=1)
     assert len(calls) == 1 + 4
+
+
+def test_the_bench_runs_on_the_device_under_test(
+    device: torch.device, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--device=cuda`` (scripts/gpu-check.sh) this runs the compiled kernels and the
+    CUDA event timing end to end; on the CPU, the interpreter path."""
+    argv = ("--quick", "--device", device.type, "--models", "nemotron-h-8b")
+    assert main(_args(*argv)) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    if device.type == "cuda":
+        assert lines[0].startswith("device: ")
+        assert lines[-1].endswith(" (--quick: tiny sizes, not a measurement)")
+    else:
+        assert lines[0].startswith("note: no CUDA device") and lines[-1].endswith(INTERPRETED)
+    rows = [line.split() for line in lines[3:-1] if line.split()[0] == "capture_recurrent"]
+    assert rows and all(float(row[4].rstrip("*")) > 0 for row in rows)  # kernel GB/s
