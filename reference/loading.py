@@ -38,6 +38,10 @@ def load_implementation(spec: str | None = None) -> Implementation:
             f"cannot import module {module_name!r} from spec {spec!r}: {error}; "
             "is it installed and on PYTHONPATH?"
         ) from error
+    except Exception as error:  # a SyntaxError, or the module's own code failing
+        raise ImplementationLoadError(
+            f"importing module {module_name!r} from spec {spec!r} raised {error!r}"
+        ) from error
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise ImplementationLoadError(

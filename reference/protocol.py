@@ -204,7 +204,9 @@ def parse_request(line: str | bytes) -> Request:
     """
     try:
         message = _loads(line)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        # RecursionError: JSON nested deeper than the parser's stack (one bad line must
+        # not end the session).
         raise ProtocolError(f"a request line must be one JSON object: {error}") from None
     if not isinstance(message, dict):
         raise ProtocolError(
@@ -277,7 +279,7 @@ def parse_response(line: str | bytes) -> Response:
     """
     try:
         message = _loads(line)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise ProtocolError(f"a response line must be one JSON object: {error}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"a response must be a JSON object, got {message!r:.80}")

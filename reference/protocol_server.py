@@ -14,7 +14,9 @@ reference's answers through it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, TextIO
@@ -157,6 +159,8 @@ class Session:
             return error_line(
                 request_id if isinstance(request_id, int) else None, "ProtocolError", str(error)
             )
+        except Exception as error:  # a line the parser could not even read: answer, go on
+            return error_line(None, "ProtocolError", f"unreadable request line: {error!r:.200}")
         try:
             result = self.execute(request.op, request.args)
             return ok_line(request.id, result)
@@ -366,11 +370,17 @@ def serve(session: Session, stdin: BinaryIO, stdout: TextIO) -> int:
 
     Blank lines are skipped; every other line gets one response line, flushed at once.
     """
-    for raw in stdin:
-        if not raw.strip():
-            continue
-        stdout.write(session.handle_line(raw) + "\n")
-        stdout.flush()
+    try:
+        for raw in stdin:
+            if not raw.strip():
+                continue
+            stdout.write(session.handle_line(raw) + "\n")
+            stdout.flush()
+    except BrokenPipeError:
+        # The client went away: nothing left to answer. Point stdout at devnull so the
+        # interpreter's final flush does not raise again.
+        with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation: ValueError
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -30,6 +30,8 @@ from reference.api import Implementation
 from reference.errors import HyckptError
 from reference.protocol import (
     PROTOCOL_VERSION,
+    REQUIRED_OPS,
+    ProtocolError,
     Response,
     is_protocol_version,
     parse_response,
@@ -128,9 +130,7 @@ def observe(op: str, result: Any, names: dict[int, str]) -> Any:
     ):
         return {k: v for k, v in result.items() if k != "reason"}
     if op in ("index.invalidate", "index.clear") and isinstance(result.get("cancelled"), list):
-        cancelled = [
-            names.get(h, f"#{h}") if isinstance(h, int) else h for h in result["cancelled"]
-        ]
+        cancelled = [names.get(h, f"#{h}") if _is_handle(h) else h for h in result["cancelled"]]
         return {**result, "cancelled": sorted(cancelled, key=str)}
     return result
 
@@ -228,16 +228,28 @@ class Report:
     passed: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (case, reason)
+    stopped: str = ""  # why the replay ended early (the connection failed), if it did
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches
+        """Nothing mismatched, the replay ran to its end, and at least one case passed
+        (a target that skips every case has shown nothing)."""
+        return not self.mismatches and not self.stopped and self.passed > 0
 
     def summary(self) -> str:
-        return (
+        line = (
             f"{self.passed} case(s) passed, {len(self.mismatches)} mismatched, "
             f"{len(self.skipped)} skipped"
         )
+        if self.stopped:
+            line += f"; stopped early: {self.stopped}"
+        elif not self.passed and not self.mismatches:
+            line += "; nothing was replayed, which is a failure"
+        return line
+
+
+class _ConnectionFailed(Exception):
+    """A request got no well-formed answer: the replay cannot go on."""
 
 
 def _missing(requires: dict[str, Any], hello: dict[str, Any]) -> str:
@@ -272,7 +284,13 @@ def replay_case(file: str, case: dict[str, Any], target: Target) -> Mismatch | N
                 return Mismatch(
                     file, case["name"], number, op, step.get("args"), step["expect"], got
                 )
-            response = target.request(op, args)
+            try:
+                response = target.request(op, args)
+            except ProtocolError as error:
+                indexes.clear()  # the connection is gone: no cleanup requests
+                raise _ConnectionFailed(
+                    f"{file} case {case['name']!r} step {number} ({op}): {error}"
+                ) from None
             got = expectation(response, op, names)
             if not same_json(got, step["expect"]):
                 if not response.ok:
@@ -290,7 +308,10 @@ def replay_case(file: str, case: dict[str, Any], target: Target) -> Mismatch | N
         return None
     finally:
         for handle in indexes:  # a server lives on between cases: let it forget them
-            target.request("index.drop", {"index": handle})
+            try:
+                target.request("index.drop", {"index": handle})
+            except ProtocolError:
+                break  # the case's own answer or error is what counts
 
 
 def load_vectors(path: Path) -> dict[str, Any]:
@@ -323,12 +344,33 @@ def load_vectors(path: Path) -> dict[str, Any]:
         )
     if not isinstance(data.get("cases"), list):
         raise HyckptError(f'{path}: not a vector file (no list of "cases")')
+    for number, case in enumerate(data["cases"]):
+        problem = _case_problem(case)
+        if problem:
+            raise HyckptError(f"{path}: not a vector file (case {number}: {problem})")
     return data
+
+
+def _case_problem(case: object) -> str:
+    """What is wrong with one case of a vector file ("" if nothing)."""
+    if not isinstance(case, dict) or not isinstance(case.get("name"), str):
+        return "each case must be an object with a string 'name'"
+    if not isinstance(case.get("steps"), list):
+        return "each case must have a list of 'steps'"
+    if not isinstance(case.get("requires", {}), dict):
+        return "'requires' must be an object"
+    for number, step in enumerate(case["steps"], start=1):
+        if not isinstance(step, dict) or not isinstance(step.get("op"), str):
+            return f"step {number} must be an object with a string 'op'"
+        if "expect" not in step or not isinstance(step.get("args", {}), dict):
+            return f"step {number} must have an 'expect' and an object 'args'"
+    return ""
 
 
 def replay(documents: Iterable[tuple[str, dict[str, Any]]], target: Target) -> Report:
     """Replay every case of ``(file name, vector document)`` pairs against ``target``."""
     hello = target.hello()
+    check_hello(hello)
     report = Report()
     for file, document in documents:
         for case in document["cases"]:
@@ -336,12 +378,38 @@ def replay(documents: Iterable[tuple[str, dict[str, Any]]], target: Target) -> R
             if reason:
                 report.skipped.append((case["name"], reason))
                 continue
-            mismatch = replay_case(file, case, target)
+            try:
+                mismatch = replay_case(file, case, target)
+            except _ConnectionFailed as error:
+                report.stopped = str(error)
+                return report
             if mismatch is None:
                 report.passed += 1
             else:
                 report.mismatches.append(mismatch)
     return report
+
+
+def check_hello(hello: dict[str, Any]) -> None:
+    """A target's ``hello`` lists its capabilities, policies and operations as arrays of
+    strings, and every required operation among them (a target that declared none would
+    skip every case and look conformant).
+
+    Raises:
+        HyckptError: it does not.
+    """
+    for field_name in ("capabilities", "placement_policies", "eviction_policies", "ops"):
+        value = hello.get(field_name)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise HyckptError(
+                f"the target's hello must list {field_name!r} as an array of strings, got {value!r}"
+            )
+    lacking = sorted(set(REQUIRED_OPS) - set(hello["ops"]))
+    if lacking:
+        raise HyckptError(
+            f"the target's hello does not declare the required operations {lacking}; "
+            "only the optional ones may be left out (docs/PROTOCOL.md)"
+        )
 
 
 def load_directory(directory: Path) -> list[tuple[str, dict[str, Any]]]:

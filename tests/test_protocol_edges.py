@@ -1117,13 +1117,23 @@ def test_observe_drops_what_an_implementation_chooses() -> None:
     assert expectation(failed, "index.pin", {}) == {"error": "SlotStateError"}
 
 
+#: A hello declaring every operation, and no capability or policy.
+EVERY_OP_HELLO: dict[str, Any] = {
+    "capabilities": [],
+    "placement_policies": [],
+    "eviction_policies": [],
+    "ops": list(OP_ARGS),
+}
+
+
 class ScriptedTarget:
-    """Answers the steps of a case with canned responses (and declares everything)."""
+    """Answers the steps of a case with canned responses; its hello declares what
+    ``hello`` adds to :data:`EVERY_OP_HELLO`."""
 
     def __init__(self, *responses: Response, hello: dict[str, Any] | None = None) -> None:
         self.responses = list(responses)
         self.requests: list[tuple[str, dict[str, Any]]] = []
-        self._hello = hello or {}
+        self._hello = {**EVERY_OP_HELLO, **(hello or {})}
 
     def hello(self) -> dict[str, Any]:
         return self._hello
@@ -1419,3 +1429,121 @@ def test_a_vector_file_of_a_version_that_only_equals_1_in_python_is_refused(
     path.write_text(json.dumps(data))
     with pytest.raises(HyckptError, match="vector version"):
         load_vectors(path)
+
+
+# --- robustness found by review (2026-12-02) --------------------------------------------
+
+
+def test_a_line_nested_deeper_than_the_parser_is_answered_and_the_session_goes_on() -> None:
+    """JSON nested past Python's recursion limit is a ProtocolError reply, not the end of
+    the server (PROTOCOL.md §2: the server keeps serving)."""
+    session = Session(reference_implementation())
+    deep = "[" * 100_000 + "]" * 100_000
+    for line in (deep, '{"v":1,"id":3,"op":"hello","args":' + deep + "}"):
+        reply = answer(session, line)
+        assert reply["ok"] is False and reply["error"]["type"] == "ProtocolError"
+    assert call(session, "hello")["ok"] is True
+
+
+def test_the_server_stops_quietly_when_its_client_goes_away() -> None:
+    """A client that closes its end mid-session: serve returns 0, no traceback."""
+    import io
+
+    from reference.protocol_server import serve
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    requests = io.BytesIO(b'{"v":1,"id":1,"op":"hello","args":{}}\n' * 2)
+    assert serve(Session(reference_implementation()), requests, Gone()) == 0
+
+
+@pytest.mark.parametrize(
+    ("hello", "message"),
+    [
+        ({"ops": None}, "must list 'ops' as an array of strings"),
+        ({"capabilities": "pin"}, "must list 'capabilities'"),
+        ({"ops": ["hello"]}, "does not declare the required operations"),
+    ],
+    ids=["no ops", "capabilities not a list", "required ops missing"],
+)
+def test_a_target_whose_hello_declares_too_little_is_refused(
+    hello: dict[str, Any], message: str
+) -> None:
+    """Otherwise every case would be skipped and the replay would pass, having run none."""
+    with pytest.raises(HyckptError, match=message):
+        replay([("x.json", {"cases": []})], ScriptedTarget(hello=hello))
+
+
+def test_a_replay_that_ran_nothing_is_not_ok() -> None:
+    document = {"cases": [{"name": "c", "requires": {"capabilities": ["pin"]}, "steps": []}]}
+    report = replay([("x.json", document)], ScriptedTarget())
+    assert (report.passed, len(report.skipped), report.ok) == (0, 1, False)
+    assert report.summary().endswith("nothing was replayed, which is a failure")
+
+
+def test_a_connection_that_fails_mid_case_stops_the_replay_and_names_the_step() -> None:
+    """A server that dies (or answers malformed) ends the replay with the failing case
+    and step named; no cleanup request is sent down the dead connection."""
+
+    class Dying(ScriptedTarget):
+        def request(self, op: str, args: dict[str, Any]) -> Response:
+            self.requests.append((op, args))
+            if op == "index.pin":
+                raise ProtocolError("the server closed its stdout")
+            return Response(1, True, result={"index": 7} if op == "index.new" else None)
+
+    steps = [
+        {"op": "index.new", "args": {}, "expect": {"result": {}}},
+        {"op": "index.pin", "args": {}, "expect": {"result": None}},
+    ]
+    document = {"cases": [{"name": "a", "steps": steps}, {"name": "b", "steps": steps}]}
+    target = Dying()
+    report = replay([("x.json", document)], target)
+    assert not report.ok and report.passed == 0 and report.mismatches == []
+    assert report.stopped == "x.json case 'a' step 2 (index.pin): the server closed its stdout"
+    assert [op for op, _ in target.requests] == ["index.new", "index.pin"]  # no drop, no b
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ({"name": "x"}, "list of 'steps'"),
+        (1, "string 'name'"),
+        ({"name": "x", "steps": [{"args": {}}]}, "step 1 must be an object with a string 'op'"),
+        ({"name": "x", "steps": [{"op": "hello"}]}, "step 1 must have an 'expect'"),
+        ({"name": "x", "steps": [{"op": "hello", "expect": 1, "args": []}]}, "object 'args'"),
+    ],
+)
+def test_a_malformed_case_is_a_usage_error_naming_it(
+    tmp_path: Path, case: object, problem: str
+) -> None:
+    path = tmp_path / "index.json"
+    path.write_text(json.dumps({"version": 1, "cases": [case]}))
+    with pytest.raises(HyckptError, match=f"case 0: .*{re.escape(problem)}"):
+        load_vectors(path)
+
+
+def test_true_is_not_the_reservation_handle_1() -> None:
+    seen = observe("index.invalidate", {"found": True, "cancelled": [True, 1]}, {1: "r1"})
+    assert seen == {"found": True, "cancelled": [True, "r1"]}
+
+
+@pytest.mark.parametrize(
+    ("source", "raised"),
+    [("def broken(:\n", "SyntaxError"), ("raise RuntimeError('db not configured')\n", "db not")],
+    ids=["syntax error", "raises at import"],
+)
+def test_a_module_that_fails_at_import_is_a_load_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, raised: str
+) -> None:
+    """Not only ImportError: whatever importing the --impl module raises is reported as
+    ImplementationLoadError with the spec and the cause, never a raw traceback."""
+    from reference.errors import ImplementationLoadError
+    from reference.loading import load_implementation
+
+    (tmp_path / "failing_impl.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImplementationLoadError, match=f"failing_impl:implementation.*{raised}"):
+        load_implementation("failing_impl:implementation")
