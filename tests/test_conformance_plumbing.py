@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.pytest_runs import run_pytest as run_pytest_process
 
 BROKEN = "tests.impls.pin_ignoring:implementation"
 LATE_EXPORTER = "tests.impls.late_exporter:implementation"
 NO_OPTIONAL_FEATURES = "tests.impls.no_optional_features:implementation"
+ONE_CAPABILITY_MISSING = "tests.impls.one_capability_missing"
+INDEX_MISUSE = "test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing"
+FOREIGN = "test_index_edges.py::test_publishing_something_that_is_not_a_reservation_is_foreign"
 
 
 def run_pytest(*args: str, env: dict[str, str] | None = None) -> str:
@@ -79,4 +84,47 @@ def test_undeclared_features_are_skipped_with_the_reason() -> None:
         "test_storage_stateful.py::test_storage_matches_the_dictionary_model[no-draft]",
         "test_storage.py::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
     ):
+        assert name in passed, passed
+
+
+@pytest.mark.parametrize(
+    ("capability", "passing"),
+    [
+        (
+            "two-phase-publish",
+            [
+                f"{INDEX_MISUSE}[double publish]",
+                "test_index_edges.py::test_a_cancelled_reservation_is_settled_exactly_once[clear]",
+                f"{FOREIGN}[publish-None]",
+            ],
+        ),
+        (
+            "invalidate",
+            [
+                f"{INDEX_MISUSE}[unpin below zero]",
+                "test_index.py::test_no_slot_is_a_normal_outcome",
+            ],
+        ),
+    ],
+    ids=["two-phase-publish", "invalidate"],
+)
+def test_each_missing_index_capability_is_skipped_alone(
+    capability: str, passing: list[str]
+) -> None:
+    """The reference minus one capability (its operations raise if called): every index
+    test that calls them skips with the reason, the rest pass. With all optional features
+    missing at once (above) a test that requires one capability but calls another hides."""
+    factory = {"two-phase-publish": "no_two_phase_publish", "invalidate": "no_invalidate"}
+    output = run_pytest(
+        "tests/test_index.py",
+        "tests/test_index_edges.py",
+        "tests/test_index_stateful.py",
+        "--impl",
+        f"{ONE_CAPABILITY_MISSING}:{factory[capability]}",
+    )
+    assert outcomes(output, "FAILED") == [], output[-3000:]
+    skipped = "\n".join(outcomes(output, "SKIPPED"))
+    assert f"does not declare capability {capability!r}" in skipped, skipped
+    passed = "\n".join(outcomes(output, "PASSED"))
+    for name in (*passing, "test_index_stateful.py::test_index_matches_the_dictionary_model[lru]"):
         assert name in passed, passed

@@ -353,6 +353,7 @@ def test_invalidate_during_the_write_discards_it(impl: Implementation) -> None:
 
 
 def test_clear_empties_the_index_but_waits_for_readers(impl: Implementation) -> None:
+    require(impl, "invalidate")  # clear is part of invalidation (PROTOCOL §6 `requires`)
     require(impl, "pin")
     index = impl.make_index(3)
     pinned = write(index, PROMPT, 16)
@@ -777,16 +778,19 @@ MISUSES: dict[str, Misuse] = {
         lambda i: (lambda r: lambda: i.abort(r))(_published(i)),
         AlreadyPublishedError,
         "already published",
+        ("two-phase-publish",),
     ),
     "publish after abort": Misuse(
         lambda i: (lambda r: lambda: i.publish(r))(_aborted(i)),
         AlreadyAbortedError,
         "aborted",
+        ("two-phase-publish",),
     ),
     "double abort": Misuse(
         lambda i: (lambda r: lambda: i.abort(r))(_aborted(i)),
         AlreadyAbortedError,
         "aborted",
+        ("two-phase-publish",),
     ),
 }
 

@@ -227,6 +227,7 @@ class IndexMachine(RuleBasedStateMachine):
         if entry is not None:
             self.model.published(entry)
 
+    @precondition(declares("two-phase-publish"))
     @rule(reservation=consumes(reservations))
     def abort(self, reservation: Reservation | None) -> None:
         if reservation is None:
