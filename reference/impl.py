@@ -8,7 +8,7 @@ from reference.export import ReferenceExporter
 from reference.storage import ReferenceStorage
 
 CAPABILITIES = frozenset(
-    {"two-phase-publish", "pin", "invalidate", "byte-budget", "draft-pairing", "boundary-hidden"}
+    {"two-phase-publish", "pin", "invalidate", "draft-pairing", "boundary-hidden"}
 )
 
 

@@ -96,7 +96,7 @@ def check_args(op: str, args: Mapping[str, Any]) -> None:
 #: tensors and stay Python-only in version 1. A server's ``hello`` leaves them out.
 NOT_SERVED_CAPABILITIES = frozenset({"draft-pairing", "boundary-hidden"})
 #: What the reference declares for the parts served (placement and index).
-INDEX_CAPABILITIES = frozenset({"two-phase-publish", "pin", "invalidate", "byte-budget"})
+INDEX_CAPABILITIES = frozenset({"two-phase-publish", "pin", "invalidate"})
 
 #: Non-finite floats are not JSON; where a number is expected they travel as these strings.
 NONFINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

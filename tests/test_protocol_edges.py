@@ -350,7 +350,7 @@ def test_the_operation_table_is_the_documented_one() -> None:
     assert list(OP_ARGS) == list(ALL_OPS)
     assert OPTIONAL_OPS == ("placement.vllm_align_batch",)
     assert set(REQUIRED_OPS) == set(ALL_OPS) - {"placement.vllm_align_batch"}
-    assert sorted(INDEX_CAPABILITIES) == ["byte-budget", "invalidate", "pin", "two-phase-publish"]
+    assert sorted(INDEX_CAPABILITIES) == ["invalidate", "pin", "two-phase-publish"]
     assert sorted(NOT_SERVED_CAPABILITIES) == ["boundary-hidden", "draft-pairing"]
 
 
