@@ -152,13 +152,13 @@ class Scenario:
         the folder they are relative to: the scenario file's for its ``[sweep]``, the
         working directory for ``hyckpt sweep --axis``. Other values are returned as given.
         """
-        return [_absolute_paths(self.data, key, value, base_dir) for value in values]
+        return [_rebased_value(self.data, key, value, base_dir) for value in values]
 
     def shown_paths(self, key: str, values: Sequence[object], base_dir: Path) -> list[object]:
         """The reverse of :meth:`absolute_paths`: ``values`` with the absolute file paths
         they set made relative to ``base_dir``, as a sweep records and labels them (long
         absolute paths would crowd every legend and file name)."""
-        return [_absolute_paths(self.data, key, value, base_dir, relative=True) for value in values]
+        return [_rebased_value(self.data, key, value, base_dir, relative=True) for value in values]
 
     def check_combinations(
         self, axes: Mapping[str, Sequence[object]], *, key: str = "sweep"
@@ -285,7 +285,7 @@ def build_scenario(
         # workload.trace and an arrivals trace (workload.params.arrivals = {kind = "trace",
         # path = ...}) are relative to the scenario file; tables["workload"]["params"] is
         # data["workload"]["params"] (the same dict).
-        _resolve_paths(data, base_dir)
+        _rebase_paths(data, base_dir)
         tables["workload"]["trace"] = data["workload"].get("trace")
     expect = _expect(data, where)
     scenario = _assemble(data, tables, expect, where, path, started)
@@ -358,7 +358,7 @@ def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
     return expect
 
 
-def _resolve_paths(
+def _rebase_paths(
     data: dict[str, Any], base_dir: Path, only: str = "", *, relative: bool = False
 ) -> None:
     """Join the relative file paths of :data:`PATH_KEYS` in ``data`` (those under the key
@@ -380,7 +380,7 @@ def _resolve_paths(
         table[name] = os.path.relpath(value, base_dir) if relative else str(base_dir / value)
 
 
-def _absolute_paths(
+def _rebased_value(
     data: Mapping[str, Any], key: str, value: object, base_dir: Path, *, relative: bool = False
 ) -> object:
     """``value`` for ``key`` with the relative file paths it sets made absolute against
@@ -393,7 +393,7 @@ def _absolute_paths(
         set_path(probe, key, value, "")
     except ScenarioError:
         return value  # validating the value reports it
-    _resolve_paths(probe, base_dir.absolute(), only=key, relative=relative)
+    _rebase_paths(probe, base_dir.absolute(), only=key, relative=relative)
     return get_path(probe, key)
 
 

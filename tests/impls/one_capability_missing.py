@@ -43,21 +43,20 @@ class NoInvalidateIndex(ReferenceIndex):
         refuse("no-invalidate", "clear")
 
 
-def no_two_phase_publish() -> Implementation:
+def _without(capability: str, index_class: type[ReferenceIndex]) -> Implementation:
+    """The reference without ``capability``, its index ``index_class``."""
     reference = reference_implementation()
     return dataclasses.replace(
         reference,
-        name="no-two-phase-publish",
-        capabilities=reference.capabilities - {"two-phase-publish"},
-        make_index=index_factory(NoAbortIndex),
+        name=f"no-{capability}",
+        capabilities=reference.capabilities - {capability},
+        make_index=index_factory(index_class),
     )
+
+
+def no_two_phase_publish() -> Implementation:
+    return _without("two-phase-publish", NoAbortIndex)
 
 
 def no_invalidate() -> Implementation:
-    reference = reference_implementation()
-    return dataclasses.replace(
-        reference,
-        name="no-invalidate",
-        capabilities=reference.capabilities - {"invalidate"},
-        make_index=index_factory(NoInvalidateIndex),
-    )
+    return _without("invalidate", NoInvalidateIndex)
