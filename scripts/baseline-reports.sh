@@ -3,8 +3,8 @@
 #
 #   bash scripts/baseline-reports.sh
 #
-# Each `hyckpt sweep --out reports` runs the scenario's [sweep] axes x seeds in shadow
-# mode, replaces reports/<scenario>/results/*.json and rebuilds reports/<scenario>/summary.md
+# Each `hyckpt sweep --out reports` runs the scenario's [sweep] axes x seeds on its own
+# backend (shadow, except crosscheck-tiny's reference backend), replaces reports/<scenario>/results/*.json and rebuilds reports/<scenario>/summary.md
 # and figures/ from those files alone. (Without --out a sweep writes to the git-ignored
 # reports/<scenario>/runs/sweep/ and leaves the committed baseline alone.) Deterministic: rerunning on an unchanged tree changes
 # only the git revision recorded in the results and summaries.

@@ -2,8 +2,12 @@
 
 docs/SEMANTICS.md names, under each rule, the tests that check it. With ``--rules`` the
 run ends with one line per rule whose tests ran: ``FAILED`` (and which test failed),
-``skipped`` (every test skipped, with a reason such as an undeclared capability) or
-``ok``. An engine author reads "R2 FAILED" instead of working back from test names.
+``skipped`` (every test skipped, with a reason such as an undeclared capability),
+``ok``, or ``ref-only`` when every test of the rule that passed checks the reference
+itself (the tiny model, the simulator, a reference-only function such as
+``capacity_for_budget``) rather than the implementation under test through the ``impl``
+fixture: such a rule holds for the reference but says nothing about an ``--impl``. An
+engine author reads "R2 FAILED" instead of working back from test names.
 
 A rule is a bullet that starts with a bold id (``- **ST6. ...**``); tests cited in a
 section outside such bullets belong to the section (``§1.2``).
@@ -86,12 +90,15 @@ class RulesReport:
         self.outcomes: dict[str, set[str]] = defaultdict(set)
         self.failed_cases: dict[str, list[str]] = defaultdict(list)  # test -> node ids
         self.case_rules: dict[str, frozenset[str]] = {}  # node id -> its ``rule`` marks
+        self.through_impl: set[str] = set()  # tests that reach the ``impl`` fixture
 
     @pytest.hookimpl
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         marked = frozenset(i for mark in item.iter_markers("rule") for i in mark.args)
         if marked:
             self.case_rules[item.nodeid] = marked
+        if "impl" in getattr(item, "fixturenames", ()):
+            self.through_impl.add(item.nodeid.split("[")[0])
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -116,8 +123,10 @@ class RulesReport:
                 verdict = "FAILED"
             elif all(self.outcomes[test] == {"skipped"} for test in ran):
                 verdict = "skipped"
-            else:
+            elif any("passed" in self.outcomes[test] and test in self.through_impl for test in ran):
                 verdict = "ok"
+            else:
+                verdict = "ref-only"
             found.append((rule, verdict, failed))
         return found
 
@@ -136,12 +145,19 @@ class RulesReport:
             terminalreporter.write_line("no test cited by a rule ran")
             return
         for rule, verdict, failed in verdicts:
-            line = f"{rule.id:<6} {verdict:<7} {rule.title[:70]}"
+            line = f"{rule.id:<6} {verdict:<8} {rule.title[:70]}"
             terminalreporter.write_line(line, red=bool(failed), green=verdict == "ok")
             for test in failed:
-                terminalreporter.write_line(f"{'':<15}failed: {test}")
+                terminalreporter.write_line(f"{'':<16}failed: {test}")
         broken = sum(1 for _, verdict, _ in verdicts if verdict == "FAILED")
         terminalreporter.write_line(f"{broken} of {len(verdicts)} rules broken")
+        reference_only = sum(1 for _, verdict, _ in verdicts if verdict == "ref-only")
+        if reference_only:
+            terminalreporter.write_line(
+                f"{reference_only} rule{'s' if reference_only > 1 else ''} passed only in "
+                "tests of the reference itself "
+                "(ref-only): they do not check the implementation under test"
+            )
 
 
 def register(config: pytest.Config) -> None:

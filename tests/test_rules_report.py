@@ -47,9 +47,13 @@ def test_every_rule_of_the_semantics_is_found() -> None:
     assert untested == ["K4"], "K4 (trusted digests) is the one rule without a test"
 
 
-def report(outcomes: dict[str, list[tuple[str, str]]]) -> RulesReport:
-    """A report over :data:`DOC` fed ``nodeid -> [(when, outcome), ...]``."""
+def report(
+    outcomes: dict[str, list[tuple[str, str]]], reference_only: tuple[str, ...] = ()
+) -> RulesReport:
+    """A report over :data:`DOC` fed ``nodeid -> [(when, outcome), ...]``; every test
+    takes the ``impl`` fixture except those named in ``reference_only``."""
     collected = RulesReport(rules_of(DOC))
+    collected.through_impl = {n.split("[")[0] for n in outcomes} - set(reference_only)
     for nodeid, phases in outcomes.items():
         for when, outcome in phases:
             collected.pytest_runtest_logreport(
@@ -91,6 +95,29 @@ def test_a_rule_passes_when_one_case_skips_and_another_passes() -> None:
     assert [(rule.id, verdict) for rule, verdict, _ in collected.verdicts()] == [("A2", "ok")]
 
 
+def test_a_rule_passed_only_by_tests_of_the_reference_is_ref_only() -> None:
+    """A rule whose passing tests never reach the ``impl`` fixture (a reference-only
+    function, the tiny model) says nothing about ``--impl``: it is not reported ``ok``."""
+    passed = [("call", "passed")]
+    collected = report(
+        {
+            "tests/test_a.py::test_one": passed,
+            "tests/test_a.py::test_two": [("setup", "skipped")],
+            "tests/test_a.py::test_three": passed,
+            "tests/test_a.py::test_four": [("call", "failed")],
+        },
+        reference_only=(
+            "tests/test_a.py::test_one",
+            "tests/test_a.py::test_three",
+            "tests/test_a.py::test_four",
+        ),
+    )
+    verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
+    assert verdicts == {"A1": "ref-only", "A2": "ref-only", "§1.1": "FAILED"}
+    collected.through_impl.add("tests/test_a.py::test_three")
+    assert {rule.id: verdict for rule, verdict, _ in collected.verdicts()}["A2"] == "ok"
+
+
 def test_a_failing_case_breaks_only_the_rules_it_is_marked_with() -> None:
     """test_one and test_three are cited by one rule each here; a test cited by both A1
     and A2 (as the misuse tables are by several rules) fails in a case marked A2 only."""
@@ -102,6 +129,7 @@ def test_a_failing_case_breaks_only_the_rules_it_is_marked_with() -> None:
         "— `tests/test_a.py::test_three`, `tests/test_c.py::test_t`",
     )
     collected = RulesReport(rules_of(doc))
+    collected.through_impl = {"tests/test_c.py::test_t"}
     collected.case_rules = {"tests/test_c.py::test_t[x]": frozenset({"A2"})}
     for nodeid, failed in [
         ("tests/test_c.py::test_t[x]", True),
@@ -154,6 +182,22 @@ def test_the_option_prints_the_verdicts() -> None:
     assert re.search(r"^L1 +ok +`lookup\(ns, prompt", result.stdout, re.M), result.stdout
     assert re.search(r"^L2 +ok ", result.stdout, re.M), result.stdout
     assert re.search(r"^0 of \d+ rules broken$", result.stdout, re.M), result.stdout
+
+
+def test_the_option_marks_rules_checked_only_on_the_reference() -> None:
+    """S1's tests call ``capacity_for_budget`` directly: with ``--impl`` they say nothing
+    about the implementation, so the rule is ``ref-only`` while L2 (through ``impl``) is ok."""
+    result = run_pytest(
+        "--rules",
+        "tests/test_index.py::test_capacity_counts_every_slab_of_a_slot",
+        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped|ref-only) ", result.stdout, re.M))
+    assert verdicts["S1"] == "ref-only", result.stdout[-3000:]
+    assert verdicts["L2"] == "ok", result.stdout[-3000:]
+    assert "1 rule passed only in tests of the reference itself" in result.stdout
 
 
 def test_a_pin_bug_breaks_the_pin_rules_and_not_the_settlement_rule() -> None:
