@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -540,6 +541,39 @@ def test_export_to_storage_validates_every_layer_before_writing(impl: Implementa
         )
     for name, slab in storage.slabs()["recurrent"].items():
         assert same_bits(slab, before[name]), f"{name} written although a later layer was bad"
+    assert not any(storage.is_recurrent_captured(s) for s in range(4))
+
+
+def test_export_to_storage_marks_nothing_when_an_exporter_call_fails(
+    impl: Implementation,
+) -> None:
+    """EX7: slots are marked only after every layer was written. An exporter that fails on
+    the second layer (a device error, say) leaves every destination never captured, not
+    restorable from half-written slabs."""
+    gen = torch.Generator().manual_seed(11)
+    storage = build(impl, _model_live(gen), 4, 0)
+    layers = _layers(gen, rows=3, tokens=9)
+    inner = exporter_of(impl)
+
+    class FailsOnTheSecondLayer:
+        calls = 0
+
+        def export(self, **arguments: Any) -> object:
+            FailsOnTheSecondLayer.calls += 1
+            if FailsOnTheSecondLayer.calls == 2:
+                raise RuntimeError("device copy failed")
+            return inner.export(**arguments)
+
+    with pytest.raises(RuntimeError, match="device copy failed"):
+        export_to_storage(
+            storage,
+            layers,
+            cu_seqlens=torch.tensor([0, 2, 6, 9]),
+            offsets=torch.tensor([1, 4, 0]),
+            destinations=torch.tensor([3, 0, 1]),
+            exporter=FailsOnTheSecondLayer(),  # type: ignore[arg-type]
+        )
+    assert FailsOnTheSecondLayer.calls == 2
     assert not any(storage.is_recurrent_captured(s) for s in range(4))
 
 

@@ -272,6 +272,38 @@ def test_the_index_tells_its_policy_every_publish_hit_and_removal() -> None:
     assert times == sorted(set(times)), f"now must strictly increase: {times}"
 
 
+def test_an_invalidated_pinned_entry_leaves_the_policy_at_once() -> None:
+    """``remove`` comes when the entry leaves the index (at ``invalidate``), not when its
+    last pin lets the slot go: a policy still holding it would rank the slot's next
+    checkpoint by the old entry's history."""
+    recorder = Recorder()
+    index = ReferenceIndex(2, eviction=recorder)
+    write(index, PROMPT, 16)
+    index.pin(0)
+    assert index.invalidate(index.make_key(MODEL, PROMPT, 16)) is True
+    assert recorder.log[-1] == ("remove", 0), recorder.log
+    index.unpin(0)
+    assert [entry[0] for entry in recorder.log] == ["insert", "remove"], recorder.log
+
+
+def test_a_slot_freed_by_its_last_unpin_starts_a_fresh_size_aware_history() -> None:
+    """Size-aware ties go to the entry that has held its ``H`` longest (E3). A checkpoint
+    published into a slot whose invalidated entry was pinned is the newest entry, so the
+    older one of equal price is evicted first."""
+    index = ReferenceIndex(3, eviction="size-aware")
+    prompts = {name: [base] * 32 for base, name in enumerate("ABCDE", start=1)}
+    write(index, prompts["A"], 16)  # slot 0
+    index.pin(0)
+    assert index.invalidate(index.make_key(MODEL, prompts["A"], 16)) is True
+    write(index, prompts["B"], 16)  # slot 1
+    index.unpin(0)  # slot 0 is free again
+    write(index, prompts["C"], 16)  # slot 0, newer than B
+    write(index, prompts["E"], 16)  # slot 2
+    reservation = index.reserve(MODEL, prompts["D"], 16)
+    assert isinstance(reservation, Reservation)
+    assert reservation.slot == 1, "B has held its price longest; C is newer"
+
+
 class _Probe(LruPolicy):
     """An LRU policy that, at each eviction, asks ``evictable`` about every slot."""
 

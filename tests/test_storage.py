@@ -779,14 +779,24 @@ def test_a_reused_slot_refuses_the_parts_its_new_checkpoint_did_not_write(
         assert_refused(lambda: restore(0, hidden, 0, 0), "previous boundary row")
 
 
-def test_discard_reaches_the_larger_axis(impl: Implementation) -> None:
-    """The axes may have different slot counts; a slot only the recurrent axis has is
-    discarded there (with 4 recurrent and 2 partial-KV slots, slot 3), slot 4 is refused."""
+@pytest.mark.parametrize("larger", ["recurrent", "partial-KV"])
+def test_discard_reaches_the_larger_axis(impl: Implementation, larger: str) -> None:
+    """The axes may have different slot counts; a slot only the larger axis has (slot 3,
+    with 4 slots on one axis and 2 on the other) is discarded there, slot 4 is refused."""
     live = make_live(torch.Generator().manual_seed(24))
-    storage = build(impl, live, 4, 2)
-    storage.capture_recurrent(3, 0)
+    if larger == "recurrent":
+        storage = build(impl, live, 4, 2)
+        storage.capture_recurrent(3, 0)
+    else:
+        storage = build(impl, live, 2, 4)
+        storage.capture_partial_kv(3, 0, 2)
     storage.discard(3)
-    assert not storage.is_recurrent_captured(3)
+    if larger == "recurrent":
+        assert not storage.is_recurrent_captured(3)
+    else:
+        assert storage.partial_kv_rows(3) is None, "discard left slot 3's partial-KV record"
+        with pytest.raises(NeverCapturedError):
+            storage.restore_partial_kv(3, 1, 2)
     with pytest.raises(SlotOutOfRangeError):
         storage.discard(4)
 
