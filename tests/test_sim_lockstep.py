@@ -229,3 +229,137 @@ def test_two_open_reservations_of_one_slot_at_the_end_are_double_booked() -> Non
     at_end = [v for v in index.checker.violations if v.rule == "double-booked" and v.step == -1]
     assert [v.slot for v in at_end] == [reservation.slot]
     assert "2 open reservations" in at_end[0].detail
+
+
+def test_a_published_but_unwritten_reservation_is_also_unwritten_at_step_end() -> None:
+    """Publishing without a write breaks two rules: the publication came before the
+    write, and the step ended with its reservation unwritten."""
+    index = observed()
+    index.checker.step = 1
+    reservation = reserve(index, 32)
+    index.publish(reservation)
+    index.checker.on_step_end()
+    assert index.checker.counts == {"published-before-complete": 1, "unwritten-at-step-end": 1}
+
+
+def test_a_write_into_another_requests_reservation_is_unreserved() -> None:
+    """Request b's prefill writing into the slot request a reserved would publish b's
+    state under a's key: the write is reported, and a's reservation stays unwritten."""
+    index = observed()
+    index.checker.request_id = "a/0"
+    reservation = reserve(index, 32)
+    index.checker.request_id = "b/0"
+    index.checker.on_write(reservation.slot)
+    (violation,) = index.checker.violations
+    assert violation.rule == "write-unreserved" and violation.slot == reservation.slot
+    assert "'b/0'" in violation.detail and "'a/0'" in violation.detail
+    index.checker.on_step_end()
+    assert index.checker.counts["unwritten-at-step-end"] == 1
+
+
+def test_a_backend_writing_into_another_requests_slot_is_caught_in_a_run() -> None:
+    """End to end: a shadow backend that, while computing one request's chunk, also
+    writes the slot the previous request reserved in the same step."""
+    from reference.impl import implementation
+    from sim.engine import SimConfig, run_simulation
+    from sim.engine.backends.shadow import ShadowBackend
+    from tests.test_sim_doubles import make_request
+
+    class CrossWriting(ShadowBackend):
+        previous: tuple[str, int] | None = None
+        cross_writes = 0
+
+        def prefill(self, request_id, batch_slot, start, end, block_table, captures):  # type: ignore[no-untyped-def]
+            written = super().prefill(request_id, batch_slot, start, end, block_table, captures)
+            if captures and self.previous and self.previous[0] != request_id:
+                assert self._observer is not None
+                self._observer.on_write(self.previous[1])
+                self.cross_writes += 1
+            if captures:
+                self.previous = (request_id, captures[-1].slot)
+            return written
+
+    requests = [
+        make_request("a/0", 0.0, range(0, 200), 2),
+        make_request("b/0", 0.0, range(1000, 1200), 2),
+    ]
+    backend = CrossWriting(implementation())
+    result = run_simulation(
+        SimConfig(kv_blocks=4096, checkpoint_slots=8), requests, backend=backend
+    )
+    assert backend.cross_writes >= 1
+    assert result.lockstep["counts"].get("write-unreserved") == backend.cross_writes
+
+
+@pytest.mark.parametrize("settled", ["aborted", "published"])
+def test_publishing_a_settled_reservation_is_publish_unreserved(settled: str) -> None:
+    """An index that accepts ``publish`` after ``abort``, or a second ``publish``."""
+
+    class Accepting(ReferenceIndex):
+        def publish(self, reservation: Reservation) -> bool:
+            return True
+
+        def abort(self, reservation: Reservation) -> None:
+            return None
+
+    index = observed(inner=Accepting(2, hash_unit=16))
+    reservation = reserve(index, 32)
+    index.checker.on_write(reservation.slot)
+    index.checker.on_write_complete(reservation)
+    if settled == "aborted":
+        index.abort(reservation)
+    else:
+        index.publish(reservation)
+    assert index.checker.ok
+    index.publish(reservation)
+    assert rules(index) == {"publish-unreserved"}
+    (violation,) = index.checker.violations
+    assert violation.slot == reservation.slot
+
+
+def test_pins_and_restores_the_index_lost_track_of_are_leaked() -> None:
+    """The end-of-run check also uses the checker's own counts: an index that keeps no
+    pin count cannot hide a pin never released or a restore copy never completed."""
+
+    class Pinless(ReferenceIndex):
+        def pin(self, slot: int) -> int:
+            return 1
+
+        def unpin(self, slot: int) -> int:
+            return 0
+
+    index = observed(inner=Pinless(2, hash_unit=16))
+    slot = write_publish(index, 32).slot
+    index.pin(slot)
+    index.checker.on_restore_issued(slot)
+    index.checker.finish(index.inner)
+    leaked = [v.detail for v in index.checker.violations if v.rule == "slot-leaked"]
+    assert len(leaked) == 2, index.checker.violations
+    assert "1 pin(s)" in leaked[0] and "never completed" in leaked[1]
+
+
+def test_overlapping_restores_of_one_slot_each_keep_their_own_pin() -> None:
+    """Two requests restore one shared slot: the first copy completes and its request
+    unpins while the second copy still reads the slot under its own pin: correct. The
+    second request unpinning before its copy completes is early."""
+    index = observed()
+    slot = write_publish(index, 32).slot
+    for _ in range(2):
+        index.pin(slot)
+        index.checker.on_restore_issued(slot)
+    index.checker.on_restore_complete(slot)
+    index.unpin(slot)
+    assert index.checker.ok, index.checker.violations
+    index.unpin(slot)
+    assert rules(index) == {"unpinned-early"}
+    index.checker.on_restore_complete(slot)
+
+
+def test_a_second_restore_under_a_single_pin_is_unpinned_early() -> None:
+    index = observed()
+    slot = write_publish(index, 32).slot
+    index.pin(slot)
+    index.checker.on_restore_issued(slot)
+    assert index.checker.ok
+    index.checker.on_restore_issued(slot)  # a second copy, no pin of its own
+    assert rules(index) == {"unpinned-early"}

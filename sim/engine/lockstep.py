@@ -21,17 +21,22 @@ unwritten-at-step-end      a slot reserved in step k was neither written nor abo
                            step k ended
 published-before-complete  a reservation was published before its write completed (the
                            capture event must precede publication)
+publish-unreserved         the index published a reservation that is not open: aborted,
+                           already published, or never handed out
 served-unpublished         lookup returned a slot that is not published under the looked-up key
 served-incomplete          lookup returned a published slot whose write has not completed
                            (still in flight, failed, or never issued)
 pinned-evicted             a slot was handed out for writing, or written, while pinned or
                            while a restore copy read it
-unpinned-early             a pin was released before its restore's copy completed
-write-unreserved           the backend wrote a slot that no open reservation owns
+unpinned-early             a pin was released before its restore's copy completed (a
+                           slot's pins never fall below the restore copies reading it)
+write-unreserved           the backend wrote a slot that no open reservation owns, or one
+                           owned by another request than the one it was computing
 double-booked              a slot was handed out while another reservation of it was still
                            open (checked at reserve time and at the end)
 slot-leaked                at the end of the run a slot is neither free nor published, or is
-                           still pinned
+                           still pinned, or still read by a restore copy (by the index's
+                           account or by the checker's own count of pins and copies)
 restore-mismatch           (real-tensor backends) a restored request's state after its
                            prefill differs from a scratch prefill of the same prompt
 =========================  ===================================================================
@@ -60,13 +65,17 @@ RULES: dict[str, str] = {
     "unwritten-at-step-end": "a slot reserved in a step was neither written nor aborted by "
     "the end of that step",
     "published-before-complete": "a reservation was published before its write completed",
+    "publish-unreserved": "the index published a reservation that was aborted, already "
+    "published or never handed out",
     "served-unpublished": "lookup served a slot not published under the looked-up key",
     "served-incomplete": "lookup served a slot whose write has not completed",
     "pinned-evicted": "a slot was handed out or written while pinned or being restored",
     "unpinned-early": "a pin was released before its restore's copy completed",
-    "write-unreserved": "the backend wrote a slot no open reservation owns",
+    "write-unreserved": "the backend wrote a slot no open reservation of the request it "
+    "was computing owns",
     "double-booked": "a slot was handed out while another reservation of it was open",
-    "slot-leaked": "at the end a slot is neither free nor published, or still pinned",
+    "slot-leaked": "at the end a slot is neither free nor published, or still pinned or "
+    "being restored",
     "restore-mismatch": "restored-then-prefilled state differs from a scratch prefill",
 }
 """Every rule the checker reports, with a one-line description."""
@@ -201,7 +210,17 @@ class LockstepChecker:
 
     def on_publish(self, reservation: Reservation, published: bool) -> None:
         booking = self._by_reservation.get(reservation)
-        if booking is None:
+        if booking is None or booking.state != "open":
+            if published:
+                seen = "no record" if booking is None else f"a {booking.state} record"
+                self.report(
+                    "publish-unreserved",
+                    reservation.slot,
+                    f"reservation of {reservation.key.tokens} tokens in slot "
+                    f"{reservation.slot} published, but the checker has {seen} of it "
+                    "(aborted, already published, or never handed out)",
+                    request_id="" if booking is None else booking.request_id,
+                )
             return
         if not (booking.written and booking.complete):
             what = "was never written" if not booking.written else "has not completed"
@@ -243,12 +262,14 @@ class LockstepChecker:
         self._pins[slot] += 1
 
     def on_unpin(self, slot: int) -> None:
-        if self._restoring[slot] > 0:
+        # Restores are not told apart: each in-flight copy needs a pin of its own, so an
+        # unpin is early when fewer pins would remain than copies still reading the slot.
+        if self._restoring[slot] > self._pins[slot] - 1:
             self.report(
                 "unpinned-early",
                 slot,
                 f"slot {slot} unpinned while {self._restoring[slot]} restore copy(ies) "
-                "still read it",
+                f"still read it and {max(self._pins[slot] - 1, 0)} pin(s) would remain",
             )
         self._pins[slot] -= 1
         if self._pins[slot] <= 0:
@@ -265,6 +286,14 @@ class LockstepChecker:
             state = "free" if booking is None else booking.state
             self.report("write-unreserved", slot, f"slot {slot} written while {state}")
             return
+        if self.request_id and booking.request_id and booking.request_id != self.request_id:
+            self.report(
+                "write-unreserved",
+                slot,
+                f"slot {slot} written while computing request {self.request_id!r}; its open "
+                f"reservation belongs to request {booking.request_id!r}",
+            )
+            return
         booking.written = True
 
     def on_write_complete(self, reservation: Reservation) -> None:
@@ -274,8 +303,13 @@ class LockstepChecker:
             booking.complete = True
 
     def on_restore_issued(self, slot: int) -> None:
-        if self._pins[slot] <= 0:
-            self.report("unpinned-early", slot, f"restore from slot {slot} issued without a pin")
+        if self._restoring[slot] >= self._pins[slot]:
+            self.report(
+                "unpinned-early",
+                slot,
+                f"restore from slot {slot} issued without a pin of its own "
+                f"({self._pins[slot]} pin(s), {self._restoring[slot]} copy(ies) already reading)",
+            )
         self._restoring[slot] += 1
 
     def on_restore_complete(self, slot: int) -> None:
@@ -321,10 +355,18 @@ class LockstepChecker:
         )
         for slot in range(index.first_slot, index.first_slot + index.capacity):
             state = index.slot_state(slot)
-            pins = index.pins(slot)
+            # The index's pin count, or the checker's own if the index lost track of pins.
+            pins = max(index.pins(slot), self._pins[slot])
             if state not in (SlotState.FREE, SlotState.PUBLISHED) or pins:
                 self.report(
                     "slot-leaked", slot, f"slot {slot} ends {state.value} with {pins} pin(s)"
+                )
+            if self._restoring[slot] > 0:
+                self.report(
+                    "slot-leaked",
+                    slot,
+                    f"slot {slot} ends with {self._restoring[slot]} restore copy(ies) that "
+                    "never completed",
                 )
             elif open_per_slot[slot]:
                 self.report(
