@@ -1378,3 +1378,39 @@ def test_single_runs_of_two_scenarios_are_labelled_by_scenario() -> None:
     ]
     one = configurations(docs[:1])
     assert [c.label for c in one] == ["turns × lru, slots=4"]
+
+
+def test_a_placement_is_labelled_with_the_parameters_it_ran_with() -> None:
+    """``interval`` at its default ``every=4096`` and at 1024 are different policies; the
+    run-wide block size and hash unit are left out. Results that predate
+    ``placement_arguments`` fall back to the parameters the scenario gave."""
+    from sim.engine.config import SimConfig
+
+    config = SimConfig(placement="interval").to_dict()
+    assert config["placement_arguments"] == {"hash_unit": 16, "every": 4096}
+    assert config["placement_params"] == {}
+    doc = result_doc("interval", "lru", 4, 0, 0.2)
+    doc["config"]["placement_arguments"] = config["placement_arguments"]
+    assert Row("0000.json", doc).policy == "interval(every=4096) × lru"
+    doc["config"]["placement_arguments"] = {"hash_unit": 16, "every": 1024, "from_end": [64, 8]}
+    assert Row("0000.json", doc).placement == "interval(every=1024, from_end=[64,8])"
+    del doc["config"]["placement_arguments"]
+    doc["config"]["placement_params"] = {"every": 512}
+    assert Row("0000.json", doc).placement == "interval(every=512)"
+    doc["config"]["placement_params"] = {}
+    assert Row("0000.json", doc).placement == "interval"
+
+
+def test_a_swept_placement_parameter_is_named_once_in_a_line_label() -> None:
+    docs = []
+    for every in (1024, 4096):
+        doc = result_doc("interval", "lru", 4, 0, 0.2)
+        doc["config"]["placement_arguments"] = {"hash_unit": 16, "every": every}
+        doc["sweep"]["placement.params.every"] = every
+        docs.append(doc)
+    rows = rows_of(docs)
+    assert [row.curve(varying_axes(rows)) for row in rows] == [
+        "interval(every=1024) × lru",
+        "interval(every=4096) × lru",
+    ]
+    assert set(figures.line_styles(rows)) == {row.curve(varying_axes(rows)) for row in rows}

@@ -427,9 +427,14 @@ class SimConfig:
         return plan
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (every field, faults nested)."""
+        """JSON-ready form (every field, faults nested), plus ``placement_arguments``: the
+        placement policy's parameters with the run's defaults filled in, as it ran."""
         data = dataclasses.asdict(self)
         data["placement_params"] = dict(self.placement_params)
+        data["placement_arguments"] = {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in self.placement_arguments().items()
+        }
         data["eviction_params"] = dict(self.eviction_params)
         return data
 

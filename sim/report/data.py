@@ -19,6 +19,19 @@ POOL_AXES = frozenset({"cache.checkpoint_slots", "cache.checkpoint_budget_bytes"
 CURVE_AXES = POOL_AXES | {"scenario.seed", "placement.policy", "eviction.policy"}
 
 
+#: Placement parameters every run sets from its cache table; the policy's label omits them.
+RUN_WIDE_PLACEMENT_PARAMS = frozenset({"block_size", "hash_unit"})
+#: Sweep axes of placement parameters: the policy's label shows them already.
+PLACEMENT_PARAMS_AXIS_PREFIX = "placement.params."
+
+
+def _shown(value: object) -> str:
+    """A parameter value as a label shows it (lists without spaces)."""
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(str(item) for item in value) + "]"
+    return str(value)
+
+
 def axis_name(key: str) -> str:
     """Short name of a sweep axis: its last part, or its table when that part is ambiguous
     (``placement.policy`` → ``placement``, ``cache.checkpoint_slots`` → ``checkpoint_slots``)."""
@@ -80,7 +93,18 @@ class Row:
 
     @property
     def placement(self) -> str:
-        return str(self._get("config", "placement"))
+        """The placement policy with the parameters it ran with, other than the run-wide
+        block size and hash unit: ``interval(every=4096)``, ``turns``."""
+        name = str(self._get("config", "placement"))
+        arguments = self._get("config", "placement_arguments")
+        if not isinstance(arguments, dict):  # results written before it was recorded
+            arguments = self._get("config", "placement_params")
+        shown = [
+            f"{key}={_shown(value)}"
+            for key, value in (arguments.items() if isinstance(arguments, dict) else ())
+            if key not in RUN_WIDE_PLACEMENT_PARAMS and value not in ((), [])
+        ]
+        return f"{name}({', '.join(shown)})" if shown else name
 
     @property
     def eviction(self) -> str:
@@ -98,7 +122,9 @@ class Row:
         others = [
             f"{axis_name(key)}={value}"
             for key, value in self.sweep.items()
-            if key not in CURVE_AXES and (varying is None or key in varying)
+            if key not in CURVE_AXES
+            and not key.startswith(PLACEMENT_PARAMS_AXIS_PREFIX)
+            and (varying is None or key in varying)
         ]
         return ", ".join([self.policy, *others])
 

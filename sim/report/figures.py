@@ -23,6 +23,7 @@ from sim.outputs import OutputPathError, atomic_writer, check_output_dir
 from sim.report.data import (
     CURVE_AXES,
     OVERCOMMIT_MARK,
+    PLACEMENT_PARAMS_AXIS_PREFIX,
     POOL_AXES,
     Configuration,
     Row,
@@ -92,7 +93,11 @@ def _factors(row: Row, varying: set[str]) -> dict[str, str]:
     swept axis of ``varying`` but the pool size and the seed."""
     found = {"placement.policy": row.placement, "eviction.policy": row.eviction}
     for key, value in row.sweep.items():
-        if key not in CURVE_AXES and key in varying:
+        if (
+            key not in CURVE_AXES
+            and key in varying
+            and not key.startswith(PLACEMENT_PARAMS_AXIS_PREFIX)
+        ):
             found[key] = str(value)
     return found
 
