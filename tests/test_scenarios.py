@@ -1480,3 +1480,39 @@ def test_sweep_trace_paths_are_relative_to_the_scenario_file(
         str(sub / "x.jsonl")
     ]
     assert scenario.absolute_paths("eviction.policy", ["lru"], sub) == ["lru"]
+
+
+def test_a_pool_is_sized_one_way_and_an_override_of_the_other_way_replaces_it(
+    tmp_path: Path,
+) -> None:
+    """A file that sets both checkpoint_slots and checkpoint_budget_bytes is refused (the
+    budget would be ignored without a word); an axis or override of one way replaces the
+    other where the file sets it, for the checkpoint pool and the KV pool alike."""
+    both = TINY.replace(
+        "checkpoint_slots = 16", "checkpoint_slots = 16\ncheckpoint_budget_bytes = 2"
+    )
+    error = load_error(tmp_path, both)
+    assert (error.key, error.value) == ("cache.checkpoint_budget_bytes", 2)
+    assert "unset when cache.checkpoint_slots is set" in error.expected
+    scenario = load_scenario(write(tmp_path, TINY))
+    per_slot = scenario.sim_config.checkpoint_slot_bytes()
+    budget = scenario.with_overrides({"cache.checkpoint_budget_bytes": 3 * per_slot})
+    assert budget.sim_config.checkpoint_capacity() == 3
+    back = budget.with_overrides({"cache.checkpoint_slots": 5})
+    assert back.sim_config.checkpoint_capacity() == 5
+    with pytest.raises(ScenarioError) as info:
+        scenario.with_overrides(
+            {"cache.checkpoint_slots": 5, "cache.checkpoint_budget_bytes": per_slot}
+        )
+    assert info.value.key == "cache.checkpoint_budget_bytes"
+    blocks = scenario.with_overrides({"cache.kv_blocks": 64})
+    kv_bytes = 16 * blocks.sim_config.costs().kv_bytes_per_token
+    assert (
+        blocks.with_overrides({"cache.kv_budget_bytes": 32 * kv_bytes}).sim_config.kv_blocks == 32
+    )
+    swept = TINY.replace(
+        '"cache.checkpoint_slots" = [4, 16]',
+        f'"cache.checkpoint_budget_bytes" = [{per_slot}, {4 * per_slot}]',
+    )
+    scenario = load_scenario(write(tmp_path, swept))
+    assert scenario.sweep_axes["cache.checkpoint_budget_bytes"] == [per_slot, 4 * per_slot]

@@ -183,6 +183,9 @@ class Scenario:
     ) -> Scenario:
         data = copy.deepcopy(dict(self.data))
         for dotted, value in overrides.items():
+            alternative = ALTERNATIVE_SIZES.get(dotted)
+            if alternative is not None and alternative not in overrides:
+                _unset_path(data, alternative)  # the override replaces the file's pool size
             set_path(data, dotted, value, self._where())
         return build_scenario(
             data, self._where(), self.path, base_dir=None, check_sweep=check_sweep, started=started
@@ -190,6 +193,26 @@ class Scenario:
 
     def _where(self) -> str:
         return str(self.path) if self.path is not None else f"<scenario {self.name}>"
+
+
+#: The two ways of sizing each pool: an override (a sweep axis, ``--axis``) of one replaces
+#: the other where the file sets it; a file or an override that sets both is refused.
+ALTERNATIVE_SIZES = {
+    "cache.checkpoint_slots": "cache.checkpoint_budget_bytes",
+    "cache.checkpoint_budget_bytes": "cache.checkpoint_slots",
+    "cache.kv_blocks": "cache.kv_budget_bytes",
+    "cache.kv_budget_bytes": "cache.kv_blocks",
+}
+
+
+def _unset_path(data: dict[str, Any], dotted: str) -> None:
+    """Remove ``data[a][b]...`` for ``dotted = "a.b..."`` where it is set."""
+    *tables, last = dotted.split(".")
+    table: object = data
+    for part in tables:
+        table = table.get(part) if isinstance(table, dict) else None
+    if isinstance(table, dict):
+        table.pop(last, None)
 
 
 def set_path(data: dict[str, Any], dotted: str, value: object, where: str) -> None:
@@ -498,6 +521,14 @@ def _assemble(
     )
     seeds: list[int] | None = meta["seeds"]
     seed = meta["seed"] if meta["seed"] is not None else (seeds[0] if seeds else 0)
+    given_cache = data.get("cache", {})
+    if cache["checkpoint_slots"] is not None and "checkpoint_budget_bytes" in given_cache:
+        raise ScenarioError(
+            where,
+            "cache.checkpoint_budget_bytes",
+            cache["checkpoint_budget_bytes"],
+            "unset when cache.checkpoint_slots is set (the pool is sized one way or the other)",
+        )
     kv_blocks = cache["kv_blocks"]
     if cache["kv_budget_bytes"] is not None:
         if kv_blocks is not None:
