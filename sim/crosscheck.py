@@ -29,6 +29,7 @@ import torch
 from sim.engine.backends.base import Capture
 from sim.engine.backends.tensor import TensorBackend, capture_hook
 from sim.engine.command import progress_bar, prompt_lengths, work_warning
+from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.sweep import load_scenario_ref, scenarios
 
@@ -80,7 +81,7 @@ class CrosscheckResult:
             lines.append(
                 f"{name}: lockstep {'ok' if result.ok else 'VIOLATIONS'}, exactness checks "
                 f"{result.backend.get('exactness_checks', 'n/a')}, token hit rate "
-                f"{result.totals['token_hit_rate']:.3f}"
+                f"{shown_rate(result.totals['token_hit_rate'])}"
             )
         if self.ok:
             lines.append("crosscheck: ok (every captured slot identical)")

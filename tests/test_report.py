@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from sim import cli
 from sim.report import ReportError, build_report, figures, load_results
-from sim.report.build import table
+from sim.report.build import summary, table
 from sim.report.data import Row, configurations, varying_axes
 
 FIGURES = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft")
@@ -1414,3 +1414,22 @@ def test_a_swept_placement_parameter_is_named_once_in_a_line_label() -> None:
         "interval(every=4096) × lru",
     ]
     assert set(figures.line_styles(rows)) == {row.curve(varying_axes(rows)) for row in rows}
+
+
+def test_a_run_that_admitted_nothing_is_named_and_not_drawn(tmp_path: Path) -> None:
+    """Its hit rates are null: n/a in the table, left out of the hit-rate figure, and
+    the summary names the file instead of showing a 0 % line."""
+    docs = [result_doc("turns", "lru", slots, 0, 0.3) for slots in (4, 8, 16)]
+    docs[2]["totals"].update(token_hit_rate=None, request_hit_rate=None)
+    docs[2]["totals"]["requests"].update(admitted=0, finished=0, rejected=10)
+    rows = rows_of(docs)
+    (_, _, cells) = table_rows("\n".join(table(rows)))
+    assert (cells["token hit rate"], cells["request hit rate"]) == ("n/a", "n/a")
+    figure = figures.figure_hit_rate_vs_pool(rows)
+    assert isinstance(figure, Figure)
+    (line, *_) = figure.axes[0].get_lines()
+    assert list(line.get_xdata()) == [4, 8]
+    skipped = {stem: "skipped here" for stem in figures.FIGURES}
+    text = summary(rows, skipped)
+    assert "- **admitted no request**" in text and "0002.json" in text
+    assert "**admitted no request**" not in summary(rows[:2], skipped)

@@ -1516,3 +1516,18 @@ def test_a_pool_is_sized_one_way_and_an_override_of_the_other_way_replaces_it(
     )
     scenario = load_scenario(write(tmp_path, swept))
     assert scenario.sweep_axes["cache.checkpoint_budget_bytes"] == [per_slot, 4 * per_slot]
+
+
+def test_a_hit_rate_bound_fails_with_n_a_when_nothing_was_admitted(tmp_path: Path) -> None:
+    """A KV pool of one page admits no prompt: a hit-rate bound is not met by a 0 that
+    is no measurement; the failure says why."""
+    text = TINY.replace("checkpoint_slots = 16", "checkpoint_slots = 16\nkv_blocks = 1")
+    text = text.replace("max_lockstep_violations = 0", "min_token_hit_rate = 0.0")
+    scenario = load_scenario(write(tmp_path, text))
+    result = run_scenario(scenario)
+    assert result.totals["requests"]["admitted"] == 0
+    (failure,) = check_expectations(scenario, result)
+    assert failure == (
+        "min_token_hit_rate: token hit rate is n/a (the run admitted no request), "
+        "expected at least 0"
+    )

@@ -19,6 +19,7 @@ from reference.impl import implementation as reference_implementation
 from reference.sizes import get_model, prefill_flops
 from sim.engine import Faults, SimConfig, run_simulation
 from sim.engine.backends import make_backend
+from sim.engine.backends.base import Capture
 from sim.engine.backends.shadow import ShadowBackend
 from sim.engine.metrics import SERIES_COLUMNS, Gauges, Metrics, percentile
 from sim.engine.result import SimResult
@@ -151,13 +152,13 @@ def test_preemption_and_resumption() -> None:
 
 
 class _RestoreLog(ShadowBackend):
-    """The shadow backend, recording every restore the engine issues and whether the
-    request had been preempted (released before finishing) by then."""
+    """The shadow backend, recording every restore the engine issues and whether some of
+    the request had run (been restored or computed) by then."""
 
     def __init__(self) -> None:
         super().__init__(reference_implementation())
         self.restores: list[tuple[str, int, bool]] = []  # (request, tokens, resumed)
-        self.released: set[str] = set()
+        self.ran: set[str] = set()
 
     def restore(
         self,
@@ -167,19 +168,30 @@ class _RestoreLog(ShadowBackend):
         tokens: int,
         block_table: Sequence[int],
     ) -> None:
-        self.restores.append((request_id, tokens, request_id in self.released))
+        self.restores.append((request_id, tokens, request_id in self.ran))
+        self.ran.add(request_id)
         super().restore(request_id, batch_slot, slot, tokens, block_table)
 
-    def release(self, request_id: str, batch_slot: int) -> None:
-        self.released.add(request_id)  # a preemption (a finish releases after any restore)
-        super().release(request_id, batch_slot)
+    def prefill(
+        self,
+        request_id: str,
+        batch_slot: int,
+        start: int,
+        end: int,
+        block_table: Sequence[int],
+        captures: Sequence[Capture],
+    ) -> list[bool]:
+        self.ran.add(request_id)
+        return super().prefill(request_id, batch_slot, start, end, block_table, captures)
 
 
-def test_flops_saved_counts_restores_of_first_admissions_only() -> None:
-    """FLOPs saved counts what prefix hits saved: the restores issued at a request's
-    first admission (the population of hit_tokens). A restore after a preemption, even a
-    request's first one (its first-admission hit was dropped or it had none), goes to
-    ``resume_flops_saved``: it measures recovery from memory pressure."""
+def test_hits_and_flops_saved_count_first_restores_only() -> None:
+    """Hit tokens, requests with a hit and FLOPs saved count one population: each
+    request's first restore, issued before any of the request ran. A preemption in the
+    step that admitted a request drops its planned restore, and the request is then as if
+    never admitted: its next admission's hit is its first. A restore after some of the
+    request ran and was preempted (even its first restore, when its first admission
+    missed) is a resumption (``resume_*``): recovery from memory pressure, not sharing."""
     config = dataclasses.replace(SMALL, faults=Faults(preempt_mid_prefill_rate=0.3), kv_blocks=2600)
     log = _RestoreLog()
     engine = Engine(config, requests("agentic_loop", 80, seed=2), log)
@@ -190,12 +202,10 @@ def test_flops_saved_counts_restores_of_first_admissions_only() -> None:
     first = [tokens for _, tokens, resumed in log.restores if not resumed]
     later = [tokens for _, tokens, resumed in log.restores if resumed]
     assert first and later
+    assert (m.hit_tokens, m.requests_with_hit) == (sum(first), len(first))
     assert m.flops_saved == sum(prefill_flops(model, p) for p in first)
+    assert m.resume_hit_tokens == sum(later)
     assert m.resume_flops_saved == sum(prefill_flops(model, p) for p in later)
-    # Hit tokens are counted at admission, restores when issued (a preemption in the
-    # same step drops the restore): so at least what the issued restores read.
-    assert m.hit_tokens >= sum(first) and m.resume_hit_tokens >= sum(later) > 0
-    assert len(first) <= m.requests_with_hit  # issued first restores are first-admission hits
 
 
 def test_speculative_decoding_rolls_back_rejected_tokens() -> None:
@@ -217,6 +227,20 @@ def test_requests_that_cannot_fit_are_rejected() -> None:
     engine = run_engine(config, workload)
     assert_clean(engine)
     assert engine.metrics.requests_rejected == 1 and engine.metrics.requests_finished == 1
+
+
+def test_a_run_that_admits_nothing_has_no_hit_rate() -> None:
+    """Every request rejected (a KV pool too small for any prompt): the hit rates are
+    undefined, ``None`` (``null`` in the JSON, "n/a" in reports), not a real-looking 0."""
+    config = dataclasses.replace(SMALL, kv_blocks=1, token_budget=64, max_num_seqs=4)
+    workload = [make_request("a/0", 0.0, range(40), 4), make_request("b/0", 0.1, range(400), 4)]
+    result = run_simulation(config, workload)
+    totals = result.totals
+    assert totals["requests"]["rejected"] == 2 and totals["requests"]["admitted"] == 0
+    assert totals["token_hit_rate"] is None and totals["request_hit_rate"] is None
+    assert json.loads(result.to_json())["totals"]["token_hit_rate"] is None
+    series = result.series["token_hit_rate"]
+    assert series and all(value is None for value in series)
 
 
 def test_fused_decode_steps_give_the_same_run() -> None:

@@ -30,6 +30,7 @@ from typing import TextIO
 
 from sim.engine.command import progress_bar
 from sim.engine.config import SimConfig
+from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sources import WORKLOAD_NAMES, build_workload
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     print(
         f"workload: {args.workload}, {requests['finished']} requests, seed {args.seed}, "
         f"{prompt_tokens} prompt tokens ({totals['recomputed_tokens']} recomputed), "
-        f"token hit rate {totals['token_hit_rate']:.3f}",
+        f"token hit rate {shown_rate(totals['token_hit_rate'])}",
         file=stream,
     )
     print(

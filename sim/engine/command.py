@@ -32,6 +32,7 @@ from sim.engine.config import (
     SimConfig,
 )
 from sim.engine.costs import GIB, GPU_PRESETS
+from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sequence import RequestLike
@@ -338,7 +339,8 @@ def summary_lines(result: SimResult) -> list[str]:
     lines = [
         f"workload {result.workload.get('name', '?')}: {requests['finished']} requests finished, "
         f"{requests['rejected']} rejected, {t['sim_time_s']:.1f} s simulated in {t['steps']} steps",
-        f"token hit rate {t['token_hit_rate']:.3f}, request hit rate {t['request_hit_rate']:.3f}, "
+        f"token hit rate {shown_rate(t['token_hit_rate'])}, "
+        f"request hit rate {shown_rate(t['request_hit_rate'])}, "
         f"prompt tokens {t['prompt_tokens']}, recomputed {t['recomputed_tokens']}, "
         f"FLOPs saved {t['flops_saved']:.3e}",
         f"checkpoints: {t['captures']['published']} published, {t['captures']['aborted']} aborted,"

@@ -87,6 +87,11 @@ def _json_float(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def shown_rate(value: object) -> str:
+    """A hit rate as the command line prints it: ``0.412``, or ``n/a`` for ``None``."""
+    return f"{value:.3f}" if isinstance(value, int | float) else "n/a"
+
+
 @dataclass
 class Gauges:
     """Instantaneous state sampled into the time series."""
@@ -147,11 +152,14 @@ class Metrics:
     _next_sample_s: float = 0.0
     _window_start: int = 0
 
-    def token_hit_rate(self) -> float:
-        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+    def token_hit_rate(self) -> float | None:
+        """Hit tokens over admitted prompt tokens; ``None`` before any prompt was admitted
+        (a run that admitted nothing has no hit rate, not a zero one)."""
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else None
 
-    def request_hit_rate(self) -> float:
-        return self.requests_with_hit / self.requests_admitted if self.requests_admitted else 0.0
+    def request_hit_rate(self) -> float | None:
+        """Admitted requests with a hit over admitted requests; ``None`` before any."""
+        return self.requests_with_hit / self.requests_admitted if self.requests_admitted else None
 
     @property
     def next_sample_s(self) -> float:

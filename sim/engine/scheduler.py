@@ -633,10 +633,7 @@ class Engine:
         if seq.admissions == 1:
             metrics.requests_admitted += 1
             metrics.prompt_tokens += n
-            metrics.hit_tokens += p
-            metrics.requests_with_hit += p > 0
-        else:
-            metrics.resume_hit_tokens += p
+        # The hit itself is counted when its restore is issued (_issue_restores).
         branch = tuple(getattr(request, "branch_points", ()))
         cached_end = present * block
         if p < cached_end < n and cached_end not in branch:
@@ -725,14 +722,19 @@ class Engine:
             )
             total += self.costs.checkpoint_bytes(seq.hit_tokens)
             slots.append(seq.hit_slot)
-            # Counted when the copy is issued (a preemption can drop a planned restore),
-            # and as a prefix hit only at the first admission, the population of
-            # hit_tokens; a readmission's restore recovers from memory pressure.
+            # A hit counts when its copy is issued (a preemption can drop a planned
+            # restore): hit tokens and FLOPs saved together, as a prefix hit if nothing of
+            # the request ran before, else as a resumption recovering from memory pressure.
             saved = self.costs.prefill_flops(seq.hit_tokens)
-            if seq.admissions == 1:
-                self.metrics.flops_saved += saved
+            metrics = self.metrics
+            if not seq.ran:
+                metrics.hit_tokens += seq.hit_tokens
+                metrics.requests_with_hit += 1
+                metrics.flops_saved += saved
             else:
-                self.metrics.resume_flops_saved += saved
+                metrics.resume_hit_tokens += seq.hit_tokens
+                metrics.resume_flops_saved += saved
+            seq.ran = True
         self.metrics.restores += len(slots)
         self.metrics.restore_bytes += total
         duration = self.costs.copy_s(total, len(slots)) + self.config.faults.copy_delay_s
@@ -776,6 +778,7 @@ class Engine:
         for seq, chunk in plan.prefills.items():
             rid = seq.request_id
             checker.request_id = rid
+            seq.ran = True
             reservations = chunk.reservations
             if reservations:
                 captures = [Capture(r.tokens, r.slot) for r in reservations]

@@ -88,6 +88,9 @@ class Seq:
         hit_tokens: checkpoint hit of the latest admission (0 = none).
         hit_slot: snapshot slot of that hit (-1 = none).
         admissions: times the request was admitted (1 + resumptions).
+        ran: whether a step has restored or computed any of the request's state. A
+            request preempted before that (in the step that admitted it) is as if never
+            admitted: its next admission's hit is still its first, not a resumption's.
         first_token_s: simulated time of the first output token (-1 = not yet).
         digests: chained digests of the prompt's full blocks.
         branch_points: the ``branch`` placement hint of the latest admission.
@@ -107,6 +110,7 @@ class Seq:
     hit_tokens: int = 0
     hit_slot: int = -1
     admissions: int = 0
+    ran: bool = False
     first_token_s: float = -1.0
     hashed: HashedPrompt | None = None
     digests: Sequence[bytes] = ()

@@ -70,10 +70,10 @@ MEMORY_COLUMN = "memory GiB (weights / live / pool / KV)"
 
 #: What the less obvious columns mean, printed under the table.
 TABLE_NOTES = (
-    "Hit rates are over admitted requests' first admissions; FLOPs saved counts the "
-    "restores issued at first admissions, the same population (every restore after a "
-    "preemption is `resume_flops_saved` in the JSON). Pool: the checkpoint pool, in slots "
-    "and GiB. "
+    "Hit rates are over admitted requests, each hit counted at its request's first "
+    "restore (issued before any of the request ran); FLOPs saved counts the same restores "
+    "(a restore after some of its request ran and was preempted is `resume_flops_saved` "
+    "in the JSON). Pool: the checkpoint pool, in slots and GiB. "
     f"{MEMORY_COLUMN}: the run's GPU memory plan (`pools.memory`) — model weights, live "
     "recurrent state (`max_num_seqs` sequences), checkpoint pool, KV pool. Unless "
     "`kv_blocks` is set, the KV pool takes what the others leave of the usable memory (GPU "
@@ -289,6 +289,14 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
             "- **does not fit one GPU** (weights, live state, checkpoint and KV pools exceed "
             "90% of the preset's memory; read as a what-if or a model split over GPUs; "
             f"marked {OVERCOMMIT_MARK} in the figures): " + ", ".join(overcommitted)
+        )
+    admitted_none = [
+        row.file for row in rows if row.total("requests", "arrived") and not row.admitted
+    ]
+    if admitted_none:
+        lines.append(
+            "- **admitted no request** (every request rejected, e.g. a KV pool too small for "
+            "one prompt; hit rates n/a, not drawn): " + ", ".join(admitted_none)
         )
     lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, "", "## Figures", ""]
     for stem, (title, _) in FIGURES.items():

@@ -129,6 +129,11 @@ class Row:
         return ", ".join([self.policy, *others])
 
     @property
+    def admitted(self) -> bool:
+        """Whether the run admitted at least one request (``totals.requests.admitted``)."""
+        return bool(self.total("requests", "admitted"))
+
+    @property
     def pool_slots(self) -> int | None:
         slots = self._get("pools", "checkpoint_slots")
         return slots if isinstance(slots, int) and not isinstance(slots, bool) else None

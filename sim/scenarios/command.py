@@ -15,6 +15,7 @@ from typing import TextIO
 from reference.errors import InvalidConfigError
 from sim.engine.command import progress_bar, summary_lines, warning_lines
 from sim.engine.config import MAX_SEED
+from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.outputs import check_output_dir, check_output_file
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, load_default_scenario, load_scenario
@@ -173,8 +174,8 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         path = write_result(result, target)
         t = result.totals
         print(
-            f"seed {seed}: token hit rate {t['token_hit_rate']:.3f}, request hit rate "
-            f"{t['request_hit_rate']:.3f}, lockstep {'ok' if result.ok else 'VIOLATIONS'}; "
+            f"seed {seed}: token hit rate {shown_rate(t['token_hit_rate'])}, request hit rate "
+            f"{shown_rate(t['request_hit_rate'])}, lockstep {'ok' if result.ok else 'VIOLATIONS'}; "
             f"results: {path}",
             file=stream,
         )

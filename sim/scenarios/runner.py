@@ -48,10 +48,16 @@ def check_expectations(scenario: Scenario, result: SimResult) -> list[str]:
     for key, bound in scenario.expect.items():
         spec = EXPECTATIONS[key]
         value = spec.read(result.totals, result.lockstep)
+        relation = "at most" if spec.upper else "at least"
+        if value is None:
+            failures.append(
+                f"{key}: {spec.what} is n/a (the run admitted no request), expected "
+                f"{relation} {bound:g}"
+            )
+            continue
         met = value <= bound if spec.upper else value >= bound
         if not met:
             shown = f"{value:g}" if not spec.integral else f"{int(value)}"
-            relation = "at most" if spec.upper else "at least"
             failures.append(f"{key}: {spec.what} is {shown}, expected {relation} {bound:g}")
     return failures
 

@@ -328,7 +328,7 @@ class Expectation:
     """
 
     what: str
-    read: Callable[[Mapping[str, Any], Mapping[str, Any]], float]
+    read: Callable[[Mapping[str, Any], Mapping[str, Any]], float | None]
     upper: bool
     integral: bool
 
@@ -351,20 +351,24 @@ def _ttft_p99(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) else math.inf
 
 
+def _rate(name: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], float | None]:
+    """Reads a hit rate: ``None`` (no bound is met) when the run admitted nothing."""
+
+    def read(totals: Mapping[str, Any], lockstep: Mapping[str, Any]) -> float | None:
+        value = totals[name]
+        return None if value is None else float(value)
+
+    return read
+
+
 #: Every ``[expect]`` key.
 EXPECTATIONS: dict[str, Expectation] = {
-    "min_token_hit_rate": Expectation(
-        "token hit rate", lambda t, _: float(t["token_hit_rate"]), False, False
-    ),
-    "max_token_hit_rate": Expectation(
-        "token hit rate", lambda t, _: float(t["token_hit_rate"]), True, False
-    ),
+    "min_token_hit_rate": Expectation("token hit rate", _rate("token_hit_rate"), False, False),
+    "max_token_hit_rate": Expectation("token hit rate", _rate("token_hit_rate"), True, False),
     "min_request_hit_rate": Expectation(
-        "request hit rate", lambda t, _: float(t["request_hit_rate"]), False, False
+        "request hit rate", _rate("request_hit_rate"), False, False
     ),
-    "max_request_hit_rate": Expectation(
-        "request hit rate", lambda t, _: float(t["request_hit_rate"]), True, False
-    ),
+    "max_request_hit_rate": Expectation("request hit rate", _rate("request_hit_rate"), True, False),
     "max_lockstep_violations": Expectation("lockstep violations", _violations, True, True),
     "min_lockstep_violations": Expectation("lockstep violations", _violations, False, True),
     "min_restores": Expectation(
