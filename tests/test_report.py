@@ -1232,6 +1232,15 @@ def test_ttft_goes_log_scale_when_it_spans_more_than_twenty_fold(
     ax = figure.axes[1]
     assert (ax.get_xscale() == "log") is log
     assert ax.get_xlabel() == ("modeled TTFT (s, log scale)" if log else "modeled TTFT (s)")
+    # On a log scale a bar's length from its arbitrary left edge means nothing: dots.
+    assert bool(ax.patches) is not log
+    dots = [line for line in ax.get_lines() if line.get_marker() in ("o", "D")]
+    assert len(dots) == (2 if log else 0)
+    if log:
+        assert sorted(float(line.get_xdata()[0]) for line in dots) == [p50, p99]
+        figure.canvas.draw()
+        assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+        assert all(t.get_text() == f"{t.get_position()[0]:g}" for t in ax.get_xticklabels())
 
 
 def test_flops_ttft_draws_what_numbers_there_are() -> None:
@@ -1433,3 +1442,27 @@ def test_a_run_that_admitted_nothing_is_named_and_not_drawn(tmp_path: Path) -> N
     text = summary(rows, skipped)
     assert "- **admitted no request**" in text and "0002.json" in text
     assert "**admitted no request**" not in summary(rows[:2], skipped)
+
+
+def test_lines_with_numbers_in_their_labels_are_ordered_by_value() -> None:
+    """Legends list every=1024, 4096, 16384 in that order, not as strings sort them."""
+    from sim.report.data import natural_key
+
+    assert sorted(["every=4096", "every=16384", "every=1024"], key=natural_key) == [
+        "every=1024",
+        "every=4096",
+        "every=16384",
+    ]
+    docs = []
+    for every in (16384, 1024, 4096):
+        for slots in (4, 8):
+            doc = result_doc("interval", "lru", slots, 0, 0.2)
+            doc["config"]["placement_arguments"] = {"hash_unit": 16, "every": every}
+            doc["sweep"]["placement.params.every"] = every
+            docs.append(doc)
+    rows = rows_of(docs)
+    for figure in (figures.figure_hit_rate_vs_pool(rows), figures.figure_over_time(rows)):
+        assert isinstance(figure, Figure)
+        labels = [line.get_label() for line in figure.axes[0].get_lines()]
+        shown = [label for label in labels if label.startswith("interval(")]
+        assert [label.split("=")[1].split(")")[0] for label in shown] == ["1024", "4096", "16384"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,12 @@ def _shown(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(str(item) for item in value) + "]"
     return str(value)
+
+
+def natural_key(text: str) -> list[str | int]:
+    """Sort key that orders the numbers inside labels by value: ``every=4096`` before
+    ``every=16384`` (plain string order puts 16384 first)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text))]
 
 
 def axis_name(key: str) -> str:

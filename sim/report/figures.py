@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from sim.engine.costs import GIB
 from sim.outputs import OutputPathError, atomic_writer, check_output_dir
@@ -29,6 +30,7 @@ from sim.report.data import (
     Row,
     axis_name,
     configurations,
+    natural_key,
     varying_axes,
 )
 
@@ -115,9 +117,12 @@ def line_styles(rows: Sequence[Row], varying: set[str] | None = None) -> dict[st
     factors: dict[str, dict[str, str]] = {}
     for row in rows:
         factors.setdefault(row.curve(varying), _factors(row, varying))
-    names = sorted(factors)
+    names = sorted(factors, key=natural_key)
     keys = list(dict.fromkeys(key for found in factors.values() for key in found))
-    values = {key: sorted({found.get(key, "") for found in factors.values()}) for key in keys}
+    values = {
+        key: sorted({found.get(key, "") for found in factors.values()}, key=natural_key)
+        for key in keys
+    }
     split = [key for key in keys if len(values[key]) > 1]
     fits = [key for key in split if len(values[key]) <= len(PALETTE)]
     if fits:
@@ -235,7 +240,7 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
             if row.pool_slots is not None and row.total(column) is not None:
                 by_policy[row.curve(varying)][row.pool_slots].append(row)
         drawn: list[float] = []
-        for policy in sorted(by_policy):
+        for policy in sorted(by_policy, key=natural_key):
             points = by_policy[policy]
             xs = sorted(points)
             style = styles[policy]
@@ -360,7 +365,9 @@ def figure_over_time(rows: Sequence[Row]) -> Figure | str:
     figure = _figure(2, width=10.0)
     axes = figure.subplots(2, 1, sharex=True)
     seen: dict[str, str] = {}  # the runs' lines → the first configuration drawn with them
-    for index, (name, members) in enumerate(sorted(groups.items())):
+    for index, (name, members) in enumerate(
+        sorted(groups.items(), key=lambda g: natural_key(g[0]))
+    ):
         style = styles[name]
         lines = [[_points(row, column, scale) for row in members] for column, scale in columns]
         same = seen.setdefault(repr(lines), name)
@@ -655,28 +662,37 @@ def _draw_flops(ax: Axes, configs: Sequence[Configuration]) -> None:
 
 
 def _ttft_drawer(log: bool) -> Callable[[Axes, Sequence[Configuration]], None]:
-    """Draws p50 and p99 bars side by side, on a log scale if ``log``."""
+    """Draws p50 and p99 side by side: bars on a linear scale; on a log scale (``log``)
+    dots, since a bar's length from an arbitrary left edge means nothing there."""
 
     def draw(ax: Axes, configs: Sequence[Configuration]) -> None:
         if log:
             ax.set_xscale("log")
-        _draw_ttft(ax, configs)
+            # Seconds as plain numbers at 1-2-5 steps, no crowded minor-tick labels.
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        _draw_ttft(ax, configs, dots=log)
 
     return draw
 
 
-def _draw_ttft(ax: Axes, configs: Sequence[Configuration]) -> None:
+def _draw_ttft(ax: Axes, configs: Sequence[Configuration], *, dots: bool) -> None:
     width = 0.4
-    for offset, key, colour in (
-        (-width / 2, "p50_s", PALETTE[0]),
-        (width / 2, "p99_s", PALETTE[1]),
+    for offset, key, colour, marker in (
+        (-width / 2, "p50_s", PALETTE[0], "o"),
+        (width / 2, "p99_s", PALETTE[1], "D"),
     ):
         positions = [i + offset for i in range(len(configs))]
 
         def ttft(row: Row, key: str = key) -> float | None:
             return row.total("ttft", key)
 
-        ax.barh(positions, _means(configs, ttft), width, color=colour, label=f"TTFT {key[:3]}")
+        means, label = _means(configs, ttft), f"TTFT {key[:3]}"
+        if dots:
+            ax.plot(means, positions, linestyle="none", marker=marker, color=colour, label=label)
+        else:
+            ax.barh(positions, means, width, color=colour, label=label)
         _spread(ax, configs, ttft, positions, SPREAD_LABEL)
 
 
