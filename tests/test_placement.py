@@ -41,6 +41,28 @@ def whole(prompt_len: int, **hints: Any) -> PrefillChunk:
     return PrefillChunk(0, prompt_len, prompt_len, **hints)
 
 
+#: ``vllm-align`` validity rules (DESIGN §2) case by case:
+#: ``(qs, qe, p, hash_unit, block_size, alignment, whether a chunk [qs, qe) may hold p)``.
+VALID_VECTORS = [
+    # (qs, qe, p, hash_unit, block_size, alignment, valid)
+    (0, 64, 16, 16, 16, 16, True),
+    (0, 64, 8, 16, 16, 8, False),  # rule 3 alone fails: qs + hash_unit > p
+    (0, 64, 64, 16, 16, 16, False),  # rule 4: p == qe is not strictly inside
+    (0, 64, 0, 16, 16, 16, False),  # rule 4: p == qs
+    (16, 48, 32, 16, 16, 16, True),  # rule 2 at qs = B: 1 > (16 - 1) // 16 = 0
+    (17, 64, 33, 1, 16, 16, True),
+    (32, 48, 40, 8, 16, 8, False),  # rule 2 alone fails: 1 > 31 // 16 = 1 is false
+    (32, 64, 48, 16, 16, 16, True),
+    (0, 17, 16, 16, 16, 16, True),  # column cdiv(17, 16) - 2 = 0
+    (0, 16, 8, 8, 16, 8, False),  # rule 2: cdiv(16, 16) - 2 = -1 > -1 is false
+    (8, 100, 32, 8, 8, 16, False),  # rule 5: (32 - 8) % 16 != 0 though 32 % 16 == 0
+    (8, 100, 40, 8, 8, 16, True),
+    (8, 100, 40, 8, 8, None, False),  # no alignment: never
+    (4, 100, 40, 8, 8, 4, False),  # rule 1: 4 % 8 != 0
+    (16, 100, 32, 16, 32, 16, True),  # rule 1 uses the hash unit, not the block size
+]
+
+
 # --- strategies ------------------------------------------------------------------------
 
 HASH_UNITS = st.sampled_from([1, 2, 3, 4, 8, 16, 32])
@@ -702,3 +724,57 @@ def test_list_hints_are_stored_as_tuples() -> None:
 def test_batch_form_rejects_other_policies() -> None:
     with pytest.raises(InvalidConfigError, match="VllmAlign"):
         ref.vllm_align_batch([64], [64], loose(ref.BlockFloor(block_size=16)))
+
+
+@pytest.mark.parametrize(
+    ("qs", "qe", "p", "hash_unit", "block_size", "alignment", "valid"),
+    [
+        vector
+        for vector in VALID_VECTORS
+        if 0 < vector[2] < vector[1] and vector[2] % vector[3] == 0
+    ],
+)
+def test_vllm_align_validity_vectors_through_the_policy(
+    impl: Implementation,
+    qs: int,
+    qe: int,
+    p: int,
+    hash_unit: int,
+    block_size: int,
+    alignment: int | None,
+    valid: bool,
+) -> None:
+    """Each validity rule through ``positions``: with lookahead ``L = qe - p`` the
+    candidate position of a chunk ending at ``qe`` is ``p`` (a multiple of the hash unit
+    below ``qe``), and the chunk ``[qs, qe)`` keeps it exactly when the rules hold."""
+    require_placement(impl, "vllm-align")
+    policy = impl.make_placement(
+        "vllm-align",
+        block_size=block_size,
+        hash_unit=hash_unit,
+        alignment=alignment,
+        lookahead=qe - p,
+    )
+    chunk = PrefillChunk(qs, qe, qe)
+    assert policy.positions(chunk) == ((p,) if valid else ()), (
+        f"chunk [{qs}, {qe}), candidate {p}: expected {'kept' if valid else 'none'}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "prompt_len", "expected"),
+    [
+        ({"from_end": (0,)}, 64, (64,)),  # from_end 0 targets snap(prompt_len)
+        ({"from_end": (0,)}, 70, (64,)),
+        ({"from_start": (0,)}, 64, ()),  # 0 is never a checkpoint
+        ({"every": 32}, 96, (32, 64, 96)),  # every k includes prompt_len at a multiple
+        ({"every": 16}, 48, (16, 32, 48)),
+        ({"from_start": (600, 8, 72), "hash_unit": 8}, 700, (8, 72, 600)),  # sorted
+    ],
+)
+def test_interval_offsets_and_exact_multiples_through_the_policy(
+    impl: Implementation, params: dict[str, Any], prompt_len: int, expected: tuple[int, ...]
+) -> None:
+    require_placement(impl, "interval")
+    policy = impl.make_placement("interval", **{"hash_unit": 16, **params})
+    assert policy.positions(whole(prompt_len)) == expected

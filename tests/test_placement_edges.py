@@ -26,6 +26,7 @@ from reference import vectors_placement
 from reference.api import PrefillChunk
 from reference.errors import InvalidConfigError, InvalidTokenCountError, UnknownPolicyError
 from reference.vectors_record import DesignDrift
+from tests.test_placement import VALID_VECTORS
 
 
 def cdiv(a: int, b: int) -> int:
@@ -106,25 +107,6 @@ def test_vllm_align_position_rejects_non_bool_drop(drop: Any) -> None:
 
 
 # --- vllm-align validity ---------------------------------------------------------------
-
-VALID_VECTORS = [
-    # (qs, qe, p, hash_unit, block_size, alignment, valid)
-    (0, 64, 16, 16, 16, 16, True),
-    (0, 64, 8, 16, 16, 8, False),  # rule 3 alone fails: qs + hash_unit > p
-    (0, 64, 64, 16, 16, 16, False),  # rule 4: p == qe is not strictly inside
-    (0, 64, 0, 16, 16, 16, False),  # rule 4: p == qs
-    (16, 48, 32, 16, 16, 16, True),  # rule 2 at qs = B: 1 > (16 - 1) // 16 = 0
-    (17, 64, 33, 1, 16, 16, True),
-    (32, 48, 40, 8, 16, 8, False),  # rule 2 alone fails: 1 > 31 // 16 = 1 is false
-    (32, 64, 48, 16, 16, 16, True),
-    (0, 17, 16, 16, 16, 16, True),  # column cdiv(17, 16) - 2 = 0
-    (0, 16, 8, 8, 16, 8, False),  # rule 2: cdiv(16, 16) - 2 = -1 > -1 is false
-    (8, 100, 32, 8, 8, 16, False),  # rule 5: (32 - 8) % 16 != 0 though 32 % 16 == 0
-    (8, 100, 40, 8, 8, 16, True),
-    (8, 100, 40, 8, 8, None, False),  # no alignment: never
-    (4, 100, 40, 8, 8, 4, False),  # rule 1: 4 % 8 != 0
-    (16, 100, 32, 16, 32, 16, True),  # rule 1 uses the hash unit, not the block size
-]
 
 
 @pytest.mark.parametrize(
@@ -354,19 +336,6 @@ def test_block_floor_more_vectors(end: int, block_size: int, expected: int) -> N
     assert ref.BlockFloor(block_size=block_size).positions(whole(end)) == (
         (expected,) if expected else ()
     )
-
-
-def test_interval_offset_zero_and_exact_multiples() -> None:
-    # from_end 0 targets snap(prompt_len); from_start 0 targets 0, which is dropped.
-    assert ref.Interval(hash_unit=16, from_end=(0,)).positions(whole(64)) == (64,)
-    assert ref.Interval(hash_unit=16, from_end=(0,)).positions(whole(70)) == (64,)
-    assert ref.Interval(hash_unit=16, from_start=(0,)).positions(whole(64)) == ()
-    # every k includes prompt_len itself when it is a multiple of k.
-    assert ref.Interval(hash_unit=16, every=32).positions(whole(96)) == (32, 64, 96)
-    assert ref.Interval(hash_unit=16, every=16).positions(whole(48)) == (16, 32, 48)
-    # Targets come out sorted even when the offsets are not (and collide in a hash table).
-    policy = ref.Interval(hash_unit=8, from_start=(600, 8, 72))
-    assert policy.positions(whole(700)) == (8, 72, 600)
 
 
 def test_turns_and_branch_read_their_own_hint() -> None:
