@@ -6,8 +6,11 @@ run ends with one line per rule whose tests ran: ``FAILED`` (and which test fail
 ``ok``, or ``ref-only`` when every test of the rule that passed checks the reference
 itself (the tiny model, the simulator, a reference-only function such as
 ``capacity_for_budget``) rather than the implementation under test through the ``impl``
-fixture: such a rule holds for the reference but says nothing about an ``--impl``. An
-engine author reads "R2 FAILED" instead of working back from test names.
+fixture: such a rule holds for the reference but says nothing about an ``--impl``. A
+rule whose tests of the implementation all skipped (an undeclared feature) is
+``skipped`` even if a reference-only test of it passed. Failed tests that no rule cites
+are listed after the verdicts, so "0 rules broken" never hides a failure. An engine
+author reads "R2 FAILED" instead of working back from test names.
 
 A rule is a bullet that starts with a bold id (``- **ST6. ...**``); tests cited in a
 section outside such bullets belong to the section (``§1.2``).
@@ -125,10 +128,21 @@ class RulesReport:
                 verdict = "skipped"
             elif any("passed" in self.outcomes[test] and test in self.through_impl for test in ran):
                 verdict = "ok"
+            elif any(test in self.through_impl for test in ran):
+                verdict = "skipped"  # its tests of the implementation skipped (undeclared)
             else:
                 verdict = "ref-only"
             found.append((rule, verdict, failed))
         return found
+
+    def uncited_failures(self) -> list[str]:
+        """Failed tests (node ids) that no rule cites: a broken behaviour no verdict shows."""
+        return [
+            case
+            for test, cases in self.failed_cases.items()
+            if not any(_cites(rule, test) for rule in self.rules.values())
+            for case in cases
+        ]
 
     def _breaks(self, test: str, rule: Rule) -> bool:
         """Whether a failed case of ``test`` checks ``rule`` (unmarked cases check all)."""
@@ -143,6 +157,8 @@ class RulesReport:
         terminalreporter.section("rules of docs/SEMANTICS.md")
         if not verdicts:
             terminalreporter.write_line("no test cited by a rule ran")
+            for case in self.uncited_failures():
+                terminalreporter.write_line(f"failed (cites no rule): {case}", red=True)
             return
         for rule, verdict, failed in verdicts:
             line = f"{rule.id:<6} {verdict:<8} {rule.title[:70]}"
@@ -151,6 +167,14 @@ class RulesReport:
                 terminalreporter.write_line(f"{'':<16}failed: {test}")
         broken = sum(1 for _, verdict, _ in verdicts if verdict == "FAILED")
         terminalreporter.write_line(f"{broken} of {len(verdicts)} rules broken")
+        uncited = self.uncited_failures()
+        if uncited:
+            terminalreporter.write_line(
+                f"{len(uncited)} failed test(s) cite no rule (see the failures above):",
+                red=True,
+            )
+            for case in uncited:
+                terminalreporter.write_line(f"{'':<16}failed: {case}", red=True)
         reference_only = sum(1 for _, verdict, _ in verdicts if verdict == "ref-only")
         if reference_only:
             terminalreporter.write_line(

@@ -108,6 +108,7 @@ def test_a_rule_passed_only_by_tests_of_the_reference_is_ref_only() -> None:
         },
         reference_only=(
             "tests/test_a.py::test_one",
+            "tests/test_a.py::test_two",
             "tests/test_a.py::test_three",
             "tests/test_a.py::test_four",
         ),
@@ -214,3 +215,43 @@ def test_a_pin_bug_breaks_the_pin_rules_and_not_the_settlement_rule() -> None:
     assert result.returncode == 1, result.stdout[-3000:]
     verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped) ", result.stdout, re.M))
     assert verdicts == {"R3": "ok", "P1": "FAILED", "S2": "FAILED"}, result.stdout[-3000:]
+
+
+def test_a_rule_whose_implementation_tests_skipped_is_skipped_not_ref_only() -> None:
+    collected = report(
+        {
+            "tests/test_a.py::test_one": [("call", "passed")],
+            "tests/test_a.py::test_two": [("setup", "skipped")],
+        },
+        reference_only=("tests/test_a.py::test_one",),
+    )
+    verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
+    assert verdicts == {"A1": "skipped"}
+
+
+def test_failures_that_no_rule_cites_are_listed() -> None:
+    collected = report(
+        {
+            "tests/test_a.py::test_one": [("call", "passed")],
+            "tests/test_c.py::test_uncited[x]": [("call", "failed")],
+        }
+    )
+    assert [verdict for _, verdict, _ in collected.verdicts()] == ["ok"]
+    assert collected.uncited_failures() == ["tests/test_c.py::test_uncited[x]"]
+
+
+def test_the_option_lists_an_uncited_failure_after_the_verdicts() -> None:
+    result = run_pytest(
+        "--rules",
+        "--impl",
+        "tests.impls.reworded:implementation",
+        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
+        "tests/test_index.py::test_unknown_eviction_policy_names_the_known_ones",
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert re.search(r"^0 of \d+ rules broken$", result.stdout, re.M), result.stdout[-3000:]
+    assert "1 failed test(s) cite no rule" in result.stdout, result.stdout[-3000:]
+    assert "failed: tests/test_index.py::test_unknown_eviction_policy_names_the_known_ones" in (
+        result.stdout
+    )
