@@ -495,7 +495,9 @@ class Implementation:
         name: shown in test ids and reports.
         make_placement: ``(policy_name, **params) -> PlacementPolicy``.
         make_index: ``(capacity, *, first_slot=0, eviction="lru", **options)
-            -> CheckpointIndex``.
+            -> CheckpointIndex``. The conformance suite passes ``hash_unit`` (tokens per
+            prefix-hash unit; not an ``int >= 1``: ``InvalidConfigError``) and may pass
+            ``bytes_per_slot`` and eviction parameters such as ``alpha``.
         placement_policies: names ``make_placement`` accepts.
         eviction_policies: names ``make_index(eviction=...)`` accepts.
         capabilities: feature flags such as ``"two-phase-publish"``, ``"pin"``,

@@ -63,8 +63,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: Modules of the implementations whose error messages the suite reads word for word.
+OWN_IMPLEMENTATIONS = ("reference.impl", "gpu.impl", "tests.")
+_wording = {"checked": True}
+
+
+def checks_wording(spec: str) -> bool:
+    """Whether the suite checks the wording of the errors of implementation ``spec``
+    (``module:factory``): only this project's own (the reference, the GPU layer and the
+    test doubles built from them). The wording is the reference's; of any other
+    implementation the suite asks what SEMANTICS requires of all (S2, ST12, EX6): the typed
+    error of :mod:`reference.errors`, with a message."""
+    module = spec.partition(":")[0]
+    return module in OWN_IMPLEMENTATIONS or module.startswith(OWN_IMPLEMENTATIONS[-1])
+
+
+def wording(pattern: str) -> str:
+    """``pytest.raises(..., match=wording(pattern))``: ``pattern`` for this project's own
+    implementations, else any message that is not blank (:func:`checks_wording`)."""
+    return pattern if _wording["checked"] else r"\S"
+
+
+def assert_says(message: str, *fragments: str) -> None:
+    """Each of ``fragments`` is in the error ``message`` (own implementations), else the
+    message is not blank (:func:`checks_wording`)."""
+    if not _wording["checked"]:
+        assert message.strip(), "an error without a message: say what went wrong and what to do"
+        return
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from {message!r}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     rules_report.register(config)
+    _wording["checked"] = checks_wording(config.getoption("--impl") or default_spec())
     # Runs before collection, so before any test module imports Triton (which reads
     # TRITON_INTERPRET when its kernels are defined).
     if config.getoption("--device") == "cpu":
@@ -74,8 +106,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    spec = config.getoption("--impl") or default_spec()
+    wording = (
+        "error wording checked (this project's implementation)"
+        if checks_wording(spec)
+        else "error types checked, not their wording (docs/CONFORMANCE.md)"
+    )
     return (
-        f"hyckpt implementation under test: {config.getoption('--impl') or default_spec()}; "
+        f"hyckpt implementation under test: {spec}; {wording}; "
         f"device of the GPU layer's tests: {config.getoption('--device')}"
     )
 

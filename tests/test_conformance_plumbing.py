@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.pytest_runs import run_pytest as run_pytest_process
@@ -128,3 +130,29 @@ def test_each_missing_index_capability_is_skipped_alone(
     passed = "\n".join(outcomes(output, "PASSED"))
     for name in (*passing, "test_index_stateful.py::test_index_matches_the_dictionary_model[lru]"):
         assert name in passed, passed
+
+
+MISUSE_TESTS = (
+    "tests/test_index.py",
+    "tests/test_index_edges.py",
+    "tests/test_placement.py",
+    "tests/test_storage.py",
+    "tests/test_export.py",
+)
+
+
+def test_an_engine_is_held_to_its_error_types_not_the_references_wording(
+    tmp_path: Path,
+) -> None:
+    """The reference with every message reworded, loaded from a module outside this
+    project as an engine's adapter is: every conformance test passes (types and a message
+    are required, the wording is the engine's). Loaded as one of this project's test
+    doubles, the same implementation fails the wording checks."""
+    engine = tmp_path / "engine_adapter.py"
+    engine.write_text("from tests.impls.reworded import implementation\n", encoding="utf-8")
+    env = {"PYTHONPATH": str(tmp_path)}
+    output = run_pytest(*MISUSE_TESTS, "--impl", "engine_adapter:implementation", env=env)
+    assert not outcomes(output, "FAILED"), "\n".join(outcomes(output, "FAILED"))
+    failed = run_suite(*MISUSE_TESTS, "--impl", "tests.impls.reworded:implementation")
+    assert f"tests/{INDEX_MISUSE}[unpin" in failed  # ids are cut at their first space
+    assert any("test_storage.py::test_misuse" in name for name in failed)

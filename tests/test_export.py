@@ -30,6 +30,7 @@ from reference.errors import (
 )
 from reference.export import LayerExport, export_to_storage
 from reference.state import LiveState
+from tests.conftest import wording
 from tests.test_storage import (
     DTYPES,
     build,
@@ -564,7 +565,7 @@ def test_export_to_storage_marks_nothing_when_an_exporter_call_fails(
                 raise RuntimeError("device copy failed")
             return inner.export(**arguments)
 
-    with pytest.raises(RuntimeError, match="device copy failed"):
+    with pytest.raises(RuntimeError, match=wording("device copy failed")):
         export_to_storage(
             storage,
             layers,
@@ -581,7 +582,7 @@ def test_export_to_storage_without_recurrent_slabs_is_an_axis_error(impl: Implem
     """A storage of a model without recurrent layers has nothing to export into: a typed
     error, not a silent ``()`` that checked none of the rows' arguments."""
     storage = build(impl, make_live(torch.Generator().manual_seed(10), recurrent=False), 2, 2)
-    with pytest.raises(AxisNotConfiguredError, match="no recurrent slabs"):
+    with pytest.raises(AxisNotConfiguredError, match=wording("no recurrent slabs")):
         export_to_storage(
             storage,
             [],
@@ -618,7 +619,7 @@ def test_export_to_storage_must_write_every_recurrent_slab(
         conv, state = ("0.conv", "1.state") if problem == "repeated slab" else ("1.conv", "9.state")
         layers[1] = LayerExport(conv, state, old.raw_inputs, old.initial_conv, old.emitted_states)
     before = {n: s.clone() for n, s in storage.slabs()["recurrent"].items()}
-    with pytest.raises(LayoutMismatchError, match="mark_recurrent_captured"):
+    with pytest.raises(LayoutMismatchError, match=wording("mark_recurrent_captured")):
         export_to_storage(
             storage,
             layers,

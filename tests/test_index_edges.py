@@ -36,7 +36,7 @@ from reference.errors import (
 from reference.eviction import FlopAwarePolicy, LruPolicy, SizeAwarePolicy, make_eviction
 from reference.hashing import HashedPrompt
 from reference.index import ReferenceIndex, capacity_for_budget, make_index
-from tests.conftest import require, require_eviction
+from tests.conftest import require, require_eviction, wording
 from tests.test_index import MODEL, PROMPT, _python_steps, snapshot, write
 
 # --- sizing from a byte budget ----------------------------------------------------------
@@ -118,7 +118,7 @@ def test_a_cost_that_does_not_describe_the_checkpoint_is_rejected(
     index = impl.make_index(2)
     write(index, PROMPT, 16)
     before = snapshot(index, pins="pin" in impl.capabilities)
-    with pytest.raises(InvalidConfigError, match=message):
+    with pytest.raises(InvalidConfigError, match=wording(message)):
         index.reserve(MODEL, PROMPT, tokens, cost=cost)
     assert snapshot(index, pins="pin" in impl.capabilities) == before
 
@@ -149,7 +149,7 @@ def test_counts_that_are_not_ints_in_range_are_rejected(
     impl: Implementation, options: dict[str, Any]
 ) -> None:
     capacity = options.pop("capacity")
-    with pytest.raises(InvalidConfigError, match="must be an int >= "):
+    with pytest.raises(InvalidConfigError, match=wording("must be an int >= ")):
         impl.make_index(capacity, **options)
 
 

@@ -31,7 +31,7 @@ from reference.errors import (
 from reference.index import capacity_for_budget
 from reference.state import LiveState
 from reference.storage import bytes_per_slot
-from tests.conftest import require
+from tests.conftest import assert_says, require, wording
 from tests.rules_report import rule
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16)
@@ -508,7 +508,7 @@ def test_valid_zero_and_a_full_page(impl: Implementation) -> None:
     before = everything(storage, live)
     storage.restore_partial_kv(0, 2, 0)  # a capture of 0 rows restores 0 rows
     assert_unchanged(before, everything(storage, live))
-    with pytest.raises(ValidRowsError, match="holds 0"):
+    with pytest.raises(ValidRowsError, match=wording("holds 0")):
         storage.restore_partial_kv(0, 2, 1)
     storage.capture_partial_kv(1, 3, BLOCK)
     storage.restore_partial_kv(1, 0, BLOCK)
@@ -567,7 +567,7 @@ def test_paired_restore_needs_a_paired_capture(impl: Implementation) -> None:
     assert not storage.partial_kv_paired(1)
     before = everything(storage, live)
     for slot in (0, 1):
-        with pytest.raises(NeverCapturedError, match="draft"):
+        with pytest.raises(NeverCapturedError, match=wording("draft")):
             storage.restore_partial_kv_paired(slot, 3, 3, 2)
     assert_unchanged(before, everything(storage, live))
 
@@ -716,7 +716,7 @@ def test_boundary_hidden_and_recurrent_have_separate_records(impl: Implementatio
     storage = build(impl, live, boundary_hidden_dim=HIDDEN_DIM)
     hidden = torch.ones((1, 1, HIDDEN_DIM), dtype=torch.float64)
     storage.capture_recurrent(0, 0)
-    with pytest.raises(NeverCapturedError, match="capture_boundary_hidden"):
+    with pytest.raises(NeverCapturedError, match=wording("capture_boundary_hidden")):
         storage.restore_boundary_hidden(0, hidden, 0, 0)
     storage.capture_boundary_hidden(1, hidden, 0, 0)
     with pytest.raises(NeverCapturedError):
@@ -1031,7 +1031,7 @@ def test_misuse_raises_a_typed_error_and_changes_nothing(impl: Implementation, c
     before = everything(storage, live, hidden)
     with pytest.raises(error) as raised:
         call(storage, hidden)
-    assert words in str(raised.value), str(raised.value)
+    assert_says(str(raised.value), words)
     assert_unchanged(before, everything(storage, live, hidden))
 
 
@@ -1138,7 +1138,7 @@ def test_a_changed_live_layout_is_rejected(impl: Implementation, change: str) ->
     calls = [c for c in LAYOUT_CALLS[group] if set(needs(c)) <= impl.capabilities]
     assert calls
     for call in calls:
-        with pytest.raises(LayoutMismatchError, match="build a new storage"):
+        with pytest.raises(LayoutMismatchError, match=wording("build a new storage")):
             call(storage, hidden)
     assert_unchanged(before, everything(storage, live, hidden))
 
@@ -1233,7 +1233,7 @@ def test_draft_pages_without_base_pages_use_the_paired_form(impl: Implementation
         lambda: storage.capture_partial_kv(0, 0, 1),
         lambda: storage.restore_partial_kv(1, 0, 1),
     ):
-        with pytest.raises(AxisNotConfiguredError, match="paired"):
+        with pytest.raises(AxisNotConfiguredError, match=wording("paired")):
             call()
     assert_unchanged(before_all, everything(storage, live))
 
