@@ -171,6 +171,32 @@ def test_hashed_prompt_gives_the_same_keys_as_a_token_list(impl: Implementation)
     assert index.lookup(MODEL, hashed, 0, 64) == (48, 0)
 
 
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        ({"unit": 8}, "unit=8"),
+        ({"namespace": "other"}, "namespace='other'"),
+        ({"extras": ("lora",)}, r"extras=\('lora',\)"),
+    ],
+    ids=["unit", "namespace", "extras"],
+)
+def test_a_hashed_prompt_hashed_for_other_keys_is_refused(
+    impl: Implementation, other: dict[str, Any], message: str
+) -> None:
+    """K2: a ``HashedPrompt``'s digests address the keys of its own namespace, extras and
+    hash unit; an index asked with another one refuses it rather than look up (or
+    reserve) keys that are not the request's."""
+    index = impl.make_index(4, hash_unit=16)
+    write(index, PROMPT, 48)
+    hashed = HashedPrompt(PROMPT, **{"namespace": MODEL, "unit": 16, **other})
+    before = snapshot(index, pins="pin" in impl.capabilities)
+    with pytest.raises(InvalidConfigError, match=wording(message)):
+        index.lookup(MODEL, hashed, 0, 64)
+    with pytest.raises(InvalidConfigError, match=wording(message)):
+        index.reserve(MODEL, hashed, 16)
+    assert snapshot(index, pins="pin" in impl.capabilities) == before
+
+
 @contextmanager
 def _python_steps() -> Iterator[list[int]]:
     """Count the Python calls and lines executed (in every frame called) inside the block.
@@ -223,15 +249,6 @@ def test_lookup_cost_does_not_grow_with_the_number_of_entries(impl: Implementati
             results[entries].append(found)
     assert results[10] == results[10_000] == [(48, 2), (32, 1), None, None]
     assert steps[10_000] == steps[10], "lookup work grew with the number of entries"
-
-
-def test_hashed_prompt_for_another_namespace_is_rejected() -> None:
-    index = ReferenceIndex(2, hash_unit=16)
-    hashed = HashedPrompt(PROMPT, namespace="other", unit=16)
-    with pytest.raises(InvalidConfigError, match="namespace='other'"):
-        index.lookup(MODEL, hashed, 0, 64)
-    with pytest.raises(InvalidConfigError, match="unit=8"):
-        index.lookup(MODEL, HashedPrompt(PROMPT, namespace=MODEL, unit=8), 0, 64)
 
 
 # --- reserve / publish / abort ---------------------------------------------------------

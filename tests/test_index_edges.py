@@ -343,16 +343,6 @@ def test_make_key_checks_the_token_count(impl: Implementation, tokens: Any) -> N
         impl.make_index(2).make_key(MODEL, PROMPT, tokens)
 
 
-def test_a_hashed_prompt_with_other_extras_is_rejected() -> None:
-    index = ReferenceIndex(2, hash_unit=16)
-    write(index, PROMPT, 32)
-    hashed = HashedPrompt(PROMPT, namespace=MODEL, extras=("lora",), unit=16)
-    with pytest.raises(InvalidConfigError, match="extras=\\('lora',\\)"):
-        index.lookup(MODEL, hashed, 0, 64)
-    with pytest.raises(InvalidConfigError, match="extras"):
-        index.reserve(MODEL, hashed, 16)
-
-
 def test_off_unit_entries_are_bounded_by_the_prompt_and_the_maximum(
     impl: Implementation,
 ) -> None:
