@@ -189,6 +189,15 @@ def _placement_examples() -> list[Recorder]:
         ),
         ("vllm-align strictly before the end", "vllm-align", VLLM_BATCH, whole(64), [48]),
         (
+            # vLLM: the position aligns to the hit alignment, the chunk rules to the hash
+            # unit (qs % 16 == 0 holds, qs % 32 == 0 would not).
+            "vllm-align validity uses the hash unit, not the hit alignment",
+            "vllm-align",
+            {"block_size": 32, "hash_unit": 16, "hit_alignment": 32, "alignment": 16},
+            chunk(16, 97, 97),
+            [96],
+        ),
+        (
             "vllm-align without alignment never captures",
             "vllm-align",
             {"block_size": 16, "hash_unit": 16},

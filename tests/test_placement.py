@@ -775,3 +775,18 @@ def test_interval_offsets_and_exact_multiples_through_the_policy(
     require_placement(impl, "interval")
     policy = impl.make_placement("interval", **{"hash_unit": 16, **params})
     assert policy.positions(whole(prompt_len)) == expected
+
+
+def test_vllm_align_chunk_rules_use_the_hash_unit_and_the_position_the_hit_alignment(
+    impl: Implementation,
+) -> None:
+    """DESIGN §2 writes ``h`` for both; vLLM's seed aligns the position ``P`` to the cache
+    hit alignment and checks the chunk rules (``qs % h``, ``qs + h <= p``) against the
+    hash block size. With a hit alignment of 32 over a hash unit of 16, a chunk starting
+    at 16 keeps its checkpoint at 96."""
+    require_placement(impl, "vllm-align")
+    policy = impl.make_placement(
+        "vllm-align", block_size=32, hash_unit=16, hit_alignment=32, alignment=16
+    )
+    assert policy.positions(PrefillChunk(16, 97, 97)) == (96,)
+    assert policy.positions(PrefillChunk(8, 97, 97)) == (), "8 is not a hash-unit boundary"
