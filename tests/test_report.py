@@ -1474,3 +1474,21 @@ def test_lines_with_numbers_in_their_labels_are_ordered_by_value() -> None:
         labels = [line.get_label() for line in figure.axes[0].get_lines()]
         shown = [label for label in labels if label.startswith("interval(")]
         assert [label.split("=")[1].split(")")[0] for label in shown] == ["1024", "4096", "16384"]
+
+
+def test_pool_sizes_are_labelled_in_slots_and_gib() -> None:
+    """The hit-rate figure's ticks are the pool sizes the runs have, each also in GiB when
+    every run has the same slot size; otherwise in slots only, saying why."""
+    docs = [result_doc("turns", "lru", slots, 0, 0.2) for slots in (20, 82, 164)]
+    figure = figures.figure_hit_rate_vs_pool(rows_of(docs))
+    assert isinstance(figure, Figure)
+    bottom = figure.axes[1]
+    assert list(bottom.get_xticks()) == [20, 82, 164]
+    gib = [f"{slots}\n{slots * 50 / 1024:.3g}" for slots in (20, 82, 164)]
+    assert [t.get_text() for t in bottom.get_xticklabels()] == gib
+    assert bottom.get_xlabel() == "checkpoint slots / pool GiB (one slot: 50.0 MiB)"
+    docs[2]["pools"]["checkpoint_pool_bytes"] = 164 * 60 * 2**20  # another model's slots
+    figure = figures.figure_hit_rate_vs_pool(rows_of(docs))
+    assert isinstance(figure, Figure)
+    assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == ["20", "82", "164"]
+    assert "slot sizes differ" in figure.axes[1].get_xlabel()

@@ -263,11 +263,35 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
         ax.set_ylim(0.0, rate_limit(drawn))
         ax.grid(True, alpha=0.3)
     axes[0].set_title("hit rate vs checkpoint pool size (line: mean over seeds; dots: runs)")
-    axes[1].set_xlabel("checkpoint slots")
     axes[1].set_xscale("log", base=2)
+    _label_pool_sizes(axes[1], sorted(sizes), slot_bytes(rows))
     _legend(figure, axes[0], "small")
     _note_overcommit(figure, rows, "; ringed dots: those runs")
     return figure
+
+
+def slot_bytes(rows: Sequence[Row]) -> float | None:
+    """Bytes of one checkpoint slot, when every run with a pool has the same (one model,
+    block size and draft setting); ``None`` when they differ or none records its pool."""
+    found = {
+        round(row.pool_bytes / row.pool_slots)
+        for row in rows
+        if row.pool_slots and row.pool_bytes is not None
+    }
+    return float(found.pop()) if len(found) == 1 else None
+
+
+def _label_pool_sizes(ax: Axes, sizes: Sequence[int], per_slot: float | None) -> None:
+    """Ticks at the pool sizes the runs have, each also in GiB when the runs share one
+    slot size (what a capacity planner budgets in)."""
+    ax.set_xticks(list(sizes))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if per_slot is None:
+        ax.set_xticklabels([str(size) for size in sizes])
+        ax.set_xlabel("checkpoint slots (slot sizes differ between runs)")
+        return
+    ax.set_xticklabels([f"{size}\n{size * per_slot / GIB:.3g}" for size in sizes])
+    ax.set_xlabel(f"checkpoint slots / pool GiB (one slot: {per_slot / 2**20:.1f} MiB)")
 
 
 def _mean_series(runs: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float]]:
