@@ -276,6 +276,13 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
     full = p // block
     fresh_pages = iter(range(pages_per_seq, 2 * pages_per_seq + 1))
     table_b = table_a[:full] + [next(fresh_pages) for _ in range(full, pages_per_seq)]
+    # B's batch slot and fresh pages are dirty, as reused memory is: a restore that adds
+    # to its destination or leaves part of it unwritten shows as NaN, not as zeros.
+    for tensor in live.recurrent.values():
+        tensor[2].fill_(torch.nan)
+    for group in (live.kv_pages, live.draft_kv_pages):
+        for pages in group.values():
+            pages[pages_per_seq:].fill_(torch.nan)
     storage.restore_recurrent(snap, 2)
     if p % block:
         page = table_b[full]
@@ -284,7 +291,7 @@ def play(impl: Implementation, case: Case, corrupt: Corruption | None = None) ->
         else:
             storage.restore_partial_kv(snap, page, p % block)
     if case.draft:
-        hidden = torch.zeros(3, 1, hidden_dim, dtype=torch.float64)  # [batch, 1, d_model]
+        hidden = torch.full((3, 1, hidden_dim), torch.nan, dtype=torch.float64)  # [batch, 1, d]
         if case.habits.padded_pools:
             hidden = padded(hidden)
         storage.restore_boundary_hidden(snap, hidden, 2, 0)

@@ -37,7 +37,13 @@ def small_live() -> LiveState:
     return LiveState(
         recurrent={"0.conv": ramp(2, 3, 2), "0.ssm": ramp(2, 2, 2)},
         kv_pages={"1.k": ramp(3, 4, 1, 2)},
+        draft_kv_pages={"draft.k": ramp(3, 4, 1, 2) + 100},
     )
+
+
+def every_pool(live: LiveState) -> dict[str, torch.Tensor]:
+    """The recurrent, KV and draft KV pools of ``live`` by name."""
+    return {**live.recurrent, **live.kv_pages, **live.draft_kv_pages}
 
 
 def test_a_padded_tensor_has_the_values_in_a_view_whose_padding_is_nan() -> None:
@@ -52,18 +58,19 @@ def test_a_padded_tensor_has_the_values_in_a_view_whose_padding_is_nan() -> None
 def test_pad_pools_replaces_every_live_tensor_by_a_padded_view() -> None:
     live, before = small_live(), small_live()
     pad_pools(live)
-    for group, old in ((live.recurrent, before.recurrent), (live.kv_pages, before.kv_pages)):
-        for name, tensor in group.items():
-            assert torch.equal(tensor, old[name]) and not tensor.is_contiguous(), name
+    assert set(every_pool(live)) == {"0.conv", "0.ssm", "1.k", "draft.k"}
+    for name, tensor in every_pool(live).items():
+        assert torch.equal(tensor, every_pool(before)[name]) and not tensor.is_contiguous(), name
 
 
 @pytest.mark.parametrize("padded_pools", [False, True], ids=["dense", "padded"])
 def test_reallocation_moves_the_values_and_poisons_the_retired_tensors(padded_pools: bool) -> None:
     live, before = small_live(), small_live()
-    retired = {**live.recurrent, **live.kv_pages}
+    retired = every_pool(live)
     reallocate(live, BufferHabits(padded_pools=padded_pools, reallocation=True))
-    for name, new in {**live.recurrent, **live.kv_pages}.items():
-        old = {**before.recurrent, **before.kv_pages}[name]
+    assert set(every_pool(live)) == {"0.conv", "0.ssm", "1.k", "draft.k"}
+    for name, new in every_pool(live).items():
+        old = every_pool(before)[name]
         assert torch.equal(new, old), f"{name}: the values moved"
         assert new.data_ptr() != retired[name].data_ptr(), f"{name}: a new tensor"
         assert torch.isnan(retired[name]).all(), f"{name}: the retired tensor is NaN"
@@ -127,6 +134,7 @@ def test_a_shared_export_has_neighbours_without_checkpoints_and_graph_padding() 
     n = NEIGHBOUR_TOKENS
     assert batch.cu_seqlens.tolist() == [0, n, n + 4, 2 * n + 4]
     assert batch.raw_inputs.shape[0] == 2 * n + 4 + GRAPH_PADDING
+    assert GRAPH_PADDING > 0 and n > 0, "a shared export has padding rows and neighbours"
     assert torch.equal(batch.raw_inputs[n : n + 4], raw)
     assert batch.destinations.tolist() == [-1, 1, -1] and batch.offsets.tolist() == [n, 2, n]
     assert batch.recurrent_rows is not None and batch.recurrent_rows.tolist() == [-1, 0, 1]

@@ -154,19 +154,22 @@ def test_worked_examples(impl: Implementation, draft: bool, p: int, inside: bool
     assert outcome.exporter_matches_capture is (True if inside else None)
 
 
+@pytest.mark.parametrize("length", [13, 2], ids=["13-tokens", "2-tokens"])
 @pytest.mark.parametrize("layers", PATTERNS, ids=["-".join(p) for p in PATTERNS])
 def test_a_reused_batch_slot_reset_by_zero_recurrent_prefills_like_a_fresh_one(
-    impl: Implementation, layers: tuple[str, ...]
+    impl: Implementation, layers: tuple[str, ...], length: int
 ) -> None:
     """Engines reuse batch slots: a request without a prefix hit starts in the slot a
     finished request left, after ``zero_recurrent`` (ST4). Its prefill there equals a
     prefill in a fresh state, bitwise: zero leaves exactly the state of an empty prefix
-    (conv windows, SSM and DeltaNet states, sliding-window rings)."""
+    (conv windows, SSM and DeltaNet states, sliding-window rings). A 2-token prompt
+    overwrites fewer ring rows than the window keeps, so rows ``zero_recurrent`` left
+    stale stay visible."""
     if impl.make_storage is None:
         pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
     model = model_for(layers, False)
     block, earlier = 4, [(7 * i + 5) % VOCAB for i in range(18)]
-    prompt = [(3 * i + 1) % VOCAB for i in range(13)]
+    prompt = [(3 * i + 1) % VOCAB for i in range(length)]
     live = model.new_state(2, 10, block)
     storage = impl.make_storage(live, 1, 1)
     model.prefill(live, 0, list(range(5)), earlier, 0)  # the finished request's state

@@ -269,7 +269,8 @@ def test_an_exact_exporter_is_reported_as_matching(impl: Implementation) -> None
 
 
 def test_b_is_restored_into_fresh_pages(impl: Implementation) -> None:
-    """After the restore, B's non-shared pages hold the restored rows and zeros only."""
+    """After the restore, B's non-shared pages hold the restored rows, and the NaN the
+    harness dirtied them with everywhere else."""
     require_case(impl, PLAIN)
     seen: dict[str, list[torch.Tensor]] = {}
     full, partial = divmod(PLAIN.p, PLAIN.block)
@@ -281,9 +282,10 @@ def test_b_is_restored_into_fresh_pages(impl: Implementation) -> None:
     play(impl, PLAIN, record)
     assert seen
     for name, pages in seen.items():
-        assert torch.count_nonzero(pages[0][partial:]) == 0, name
+        assert bool(pages[0][partial:].isnan().all()), name
+        assert bool(pages[0][:partial].isfinite().all()), name
         assert torch.count_nonzero(pages[0][:partial].abs().sum(dim=(1, 2))) == partial, name
-        assert all(torch.count_nonzero(page) == 0 for page in pages[1:]), name
+        assert all(bool(page.isnan().all()) for page in pages[1:]), name
 
 
 class SkipsPartialRestore:
@@ -310,6 +312,30 @@ def test_a_skipped_partial_page_restore_is_reported(impl: Implementation) -> Non
     found = mismatches(play(broken, PLAIN), PLAIN)
     for name in KV:
         assert f"{name} rows differ ({where(PLAIN)})" in found
+
+
+class SkipsBoundaryRestore(SkipsPartialRestore):
+    """Delegates to a real storage but restores the partial page and not the boundary row."""
+
+    def restore_partial_kv(self, slot: int, page: int, rows: int) -> None:
+        self.inner.restore_partial_kv(slot, page, rows)
+
+    def restore_boundary_hidden(self, slot: int, hidden: Any, batch: int, pos: int) -> None:
+        pass
+
+
+def test_a_skipped_boundary_row_restore_is_reported(impl: Implementation) -> None:
+    """The draft row at ``p - 1`` is recomputed from the restored ``h_{p-1}``, not from
+    request A's: a storage that does not restore it breaks the draft KV."""
+    require_case(impl, DRAFT)
+    make = impl.make_storage
+    assert make is not None
+    broken = dataclasses.replace(
+        impl,
+        make_storage=lambda *a, **k: cast(SnapshotStorage, SkipsBoundaryRestore(make(*a, **k))),
+    )
+    found = mismatches(play(broken, DRAFT), DRAFT)
+    assert any(name in line for name in DRAFT_KV for line in found), found
 
 
 # --- the prefills the harness runs -----------------------------------------------------
