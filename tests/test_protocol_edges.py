@@ -1547,3 +1547,26 @@ def test_a_module_that_fails_at_import_is_a_load_error_naming_it(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ImplementationLoadError, match=f"failing_impl:implementation.*{raised}"):
         load_implementation("failing_impl:implementation")
+
+
+def test_dropping_an_index_forgets_its_reservation_handles(session: Session) -> None:
+    """PROTOCOL §3: ``index.drop`` forgets the handle and its reservations. A dropped
+    index's reservation handle is then unknown to the server, whichever index it is sent
+    to, and a long-lived server does not accumulate them."""
+    first = ok(session, "index.new", capacity=2)["index"]
+    second = ok(session, "index.new", capacity=2)["index"]
+    common = {"namespace": MODEL, "prompt": PROMPT, "tokens": 16}
+    handle = ok(session, "index.reserve", index=first, **common)["reservation"]
+    assert ok(session, "index.drop", index=first) is None
+    kind, message = failure(session, "index.publish", index=second, reservation=handle)
+    assert kind == "ForeignReservationError"
+    assert "no open or settled reservation of this server has that handle" in message
+
+
+def test_negative_zero_reaches_the_implementation_unchanged() -> None:
+    """PROTOCOL §4.9: arguments pass unchanged, so a remote call fails exactly as the
+    same call in Python: ``-0.0`` keeps its sign."""
+    from reference.protocol_codec import jsonable
+
+    assert math.copysign(1.0, jsonable(-0.0)) == -1.0
+    assert math.copysign(1.0, json.loads(json.dumps(jsonable(-0.0)))) == -1.0

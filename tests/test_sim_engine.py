@@ -648,3 +648,46 @@ def test_fused_decode_steps_see_publications_due_before_a_preemption() -> None:
     assert plain.totals["preemptions"] > 0
     assert fused.totals["resume_hit_tokens"] == plain.totals["resume_hit_tokens"]
     assert fused.totals == plain.totals
+
+
+def test_a_hit_off_a_block_boundary_shares_only_the_full_blocks_before_it() -> None:
+    """A hit at ``p = 6`` with ``B = 4`` shares block 0 (tokens ``[0, 4)``) and restores
+    the partial rows ``[4, 6)`` into a fresh page: writing them, and the prefill from
+    ``p``, into the other request's registered block 1 would change a block others share
+    (SIMULATION.md §1)."""
+
+    class Tables(ShadowBackend):
+        def __init__(self) -> None:
+            super().__init__(reference_implementation())
+            self.prefilled: dict[str, list[int]] = {}
+            self.restored: dict[str, tuple[int, list[int]]] = {}
+
+        def restore(self, request_id, batch_slot, slot, tokens, block_table):  # type: ignore[no-untyped-def]
+            self.restored[request_id] = (tokens, list(block_table))
+
+        def prefill(self, request_id, batch_slot, start, end, block_table, captures):  # type: ignore[no-untyped-def]
+            self.prefilled.setdefault(request_id, list(block_table))
+            return super().prefill(request_id, batch_slot, start, end, block_table, captures)
+
+    config = dataclasses.replace(
+        SMALL,
+        block_size=4,
+        hash_unit=2,
+        kv_blocks=64,
+        placement="interval",
+        placement_params={"every": 6},
+    )
+    shared_prefix = list(range(100, 108))
+    workload = [
+        make_request("a/0", 0.0, [*shared_prefix, 1, 2], 1),
+        make_request("b/0", 5.0, [*shared_prefix, 3, 4], 1),
+    ]
+    backend = Tables()
+    engine = Engine(config, workload, backend)
+    engine.run()
+    assert_clean(engine)
+    tokens, table_b = backend.restored["b/0"]
+    table_a = backend.prefilled["a/0"]
+    assert tokens == 6
+    assert table_b[0] == table_a[0], "the full block before p is shared"
+    assert table_b[1] != table_a[1], "the partial page of p is a fresh page, not a's block"
