@@ -288,8 +288,8 @@ def test_b_is_restored_into_fresh_pages(impl: Implementation) -> None:
         assert all(bool(page.isnan().all()) for page in pages[1:]), name
 
 
-class SkipsPartialRestore:
-    """Delegates to a real storage but does not restore the partial page."""
+class Delegating:
+    """Delegates every call to a real storage; subclasses leave one restore out."""
 
     def __init__(self, inner: SnapshotStorage) -> None:
         self.inner = inner
@@ -297,44 +297,42 @@ class SkipsPartialRestore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+
+class SkipsPartialRestore(Delegating):
+    """Does not restore the partial page."""
+
     def restore_partial_kv(self, slot: int, page: int, rows: int) -> None:
         pass
+
+
+class SkipsBoundaryRestore(Delegating):
+    """Does not restore the boundary hidden row."""
+
+    def restore_boundary_hidden(self, slot: int, hidden: Any, batch: int, pos: int) -> None:
+        pass
+
+
+def broken_by(impl: Implementation, wrapper: type[Delegating]) -> Implementation:
+    """``impl`` whose storages are wrapped in ``wrapper``."""
+    make = impl.make_storage
+    assert make is not None
+    return dataclasses.replace(
+        impl, make_storage=lambda *a, **k: cast(SnapshotStorage, wrapper(make(*a, **k)))
+    )
 
 
 def test_a_skipped_partial_page_restore_is_reported(impl: Implementation) -> None:
     require_case(impl, PLAIN)
-    make = impl.make_storage
-    assert make is not None
-    broken = dataclasses.replace(
-        impl,
-        make_storage=lambda *a, **k: cast(SnapshotStorage, SkipsPartialRestore(make(*a, **k))),
-    )
-    found = mismatches(play(broken, PLAIN), PLAIN)
+    found = mismatches(play(broken_by(impl, SkipsPartialRestore), PLAIN), PLAIN)
     for name in KV:
         assert f"{name} rows differ ({where(PLAIN)})" in found
-
-
-class SkipsBoundaryRestore(SkipsPartialRestore):
-    """Delegates to a real storage but restores the partial page and not the boundary row."""
-
-    def restore_partial_kv(self, slot: int, page: int, rows: int) -> None:
-        self.inner.restore_partial_kv(slot, page, rows)
-
-    def restore_boundary_hidden(self, slot: int, hidden: Any, batch: int, pos: int) -> None:
-        pass
 
 
 def test_a_skipped_boundary_row_restore_is_reported(impl: Implementation) -> None:
     """The draft row at ``p - 1`` is recomputed from the restored ``h_{p-1}``, not from
     request A's: a storage that does not restore it breaks the draft KV."""
     require_case(impl, DRAFT)
-    make = impl.make_storage
-    assert make is not None
-    broken = dataclasses.replace(
-        impl,
-        make_storage=lambda *a, **k: cast(SnapshotStorage, SkipsBoundaryRestore(make(*a, **k))),
-    )
-    found = mismatches(play(broken, DRAFT), DRAFT)
+    found = mismatches(play(broken_by(impl, SkipsBoundaryRestore), DRAFT), DRAFT)
     assert any(name in line for name in DRAFT_KV for line in found), found
 
 

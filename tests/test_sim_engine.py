@@ -152,12 +152,15 @@ def test_preemption_and_resumption() -> None:
 
 
 class _RestoreLog(ShadowBackend):
-    """The shadow backend, recording every restore the engine issues and whether some of
-    the request had run (been restored or computed) by then."""
+    """The shadow backend, recording every restore the engine issues (its block table,
+    and whether some of the request had run, been restored or computed, by then) and each
+    request's block table at its first prefill."""
 
     def __init__(self) -> None:
         super().__init__(reference_implementation())
         self.restores: list[tuple[str, int, bool]] = []  # (request, tokens, resumed)
+        self.restored_tables: dict[str, list[int]] = {}
+        self.prefilled_tables: dict[str, list[int]] = {}
         self.ran: set[str] = set()
 
     def restore(
@@ -169,6 +172,7 @@ class _RestoreLog(ShadowBackend):
         block_table: Sequence[int],
     ) -> None:
         self.restores.append((request_id, tokens, request_id in self.ran))
+        self.restored_tables[request_id] = list(block_table)
         self.ran.add(request_id)
         super().restore(request_id, batch_slot, slot, tokens, block_table)
 
@@ -182,6 +186,7 @@ class _RestoreLog(ShadowBackend):
         captures: Sequence[Capture],
     ) -> list[bool]:
         self.ran.add(request_id)
+        self.prefilled_tables.setdefault(request_id, list(block_table))
         return super().prefill(request_id, batch_slot, start, end, block_table, captures)
 
 
@@ -656,19 +661,6 @@ def test_a_hit_off_a_block_boundary_shares_only_the_full_blocks_before_it() -> N
     ``p``, into the other request's registered block 1 would change a block others share
     (SIMULATION.md §1)."""
 
-    class Tables(ShadowBackend):
-        def __init__(self) -> None:
-            super().__init__(reference_implementation())
-            self.prefilled: dict[str, list[int]] = {}
-            self.restored: dict[str, tuple[int, list[int]]] = {}
-
-        def restore(self, request_id, batch_slot, slot, tokens, block_table):  # type: ignore[no-untyped-def]
-            self.restored[request_id] = (tokens, list(block_table))
-
-        def prefill(self, request_id, batch_slot, start, end, block_table, captures):  # type: ignore[no-untyped-def]
-            self.prefilled.setdefault(request_id, list(block_table))
-            return super().prefill(request_id, batch_slot, start, end, block_table, captures)
-
     config = dataclasses.replace(
         SMALL,
         block_size=4,
@@ -682,12 +674,11 @@ def test_a_hit_off_a_block_boundary_shares_only_the_full_blocks_before_it() -> N
         make_request("a/0", 0.0, [*shared_prefix, 1, 2], 1),
         make_request("b/0", 5.0, [*shared_prefix, 3, 4], 1),
     ]
-    backend = Tables()
-    engine = Engine(config, workload, backend)
+    log = _RestoreLog()
+    engine = Engine(config, workload, log)
     engine.run()
     assert_clean(engine)
-    tokens, table_b = backend.restored["b/0"]
-    table_a = backend.prefilled["a/0"]
-    assert tokens == 6
+    assert log.restores == [("b/0", 6, False)]
+    table_b, table_a = log.restored_tables["b/0"], log.prefilled_tables["a/0"]
     assert table_b[0] == table_a[0], "the full block before p is shared"
     assert table_b[1] != table_a[1], "the partial page of p is a fresh page, not a's block"
