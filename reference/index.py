@@ -511,6 +511,31 @@ class ReferenceIndex:
             self.evictions["clear"] += 1
             self._retire(entry)
 
+    def evict_one(self, reason: str = "memory") -> int | None:
+        """Evict the entry the eviction policy chooses (published, unpinned) and free its
+        slot now, counted under ``evictions[reason]``: for an engine whose checkpoints
+        share one memory budget with something else (its cached KV blocks) and must give
+        memory back before the index is full.
+
+        Returns:
+            The slot freed, or ``None`` when no entry is evictable (nothing changed).
+
+        Raises:
+            SlotStateError: the policy chose a slot that may not be evicted (nothing
+                changed).
+        """
+        victim = self._policy.victim(self._evictable)
+        if victim is None:
+            return None
+        self._check_victim(victim)
+        entry = self._slots[victim - self._first]
+        assert entry is not None
+        del self._by_key[entry.key]
+        self.evictions[reason] += 1
+        self._unpublish(entry)
+        self._release(entry)
+        return victim
+
     # --- internals ----------------------------------------------------------------------
 
     def _tick(self) -> int:

@@ -10,7 +10,9 @@
     hyckpt bench gpu [...]      GPU-layer copy bandwidth (sim.bench.gpu_bench)
     hyckpt sizes [...]          checkpoint sizes of real hybrid models (sim.sizes_cmd)
     hyckpt simulate [...]       serving-engine simulation (sim.engine.command)
+    hyckpt replay [...]         cache-only replay, same options (sim.engine.replay)
     hyckpt bench sim [...]      shadow simulation throughput (sim.bench.sim_bench)
+    hyckpt bench replay [...]   cache-only replay throughput (sim.bench.replay_bench)
     hyckpt sweep SCENARIO [...] sweep axes x seeds, save results, build report (sim.sweep)
     hyckpt report DIR           rebuild figures and summary.md from DIR/results (sim.report)
     hyckpt crosscheck SCENARIO  reference vs gpu backend, captures bitwise (sim.crosscheck)
@@ -41,6 +43,7 @@ PROG = "hyckpt"
 BENCH_INDEX_MODULE = "sim.bench.index_bench"
 BENCH_GPU_MODULE = "sim.bench.gpu_bench"
 BENCH_SIM_MODULE = "sim.bench.sim_bench"
+BENCH_REPLAY_MODULE = "sim.bench.replay_bench"
 
 
 def version() -> str:
@@ -128,6 +131,10 @@ def _run_serve_protocol(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 def _run_bench_sim(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return _run_bench(BENCH_SIM_MODULE, "sim", "the simulation benchmark", extra)
+
+
+def _run_bench_replay(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _run_bench(BENCH_REPLAY_MODULE, "replay", "the replay benchmark", extra)
 
 
 def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -246,6 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     simulate_command.add_arguments(simulate)
     simulate.set_defaults(handler=_run_simulate, command_parser=simulate)
 
+    replay_run = commands.add_parser(
+        "replay",
+        help="cache-only replay of a workload or trace: same caching code, no timing",
+        description="Replay a generated workload or a JSONL trace through the engine's "
+        "index, placement, eviction, KV pool and generated-token caching, one request at a "
+        "time in arrival order, with no timing, live-KV pressure or preemption "
+        "(docs/SIMULATION.md, 'Cache-only replay'); the options of `hyckpt simulate`.",
+    )
+    simulate_command.add_arguments(replay_run, mode="replay")
+    replay_run.set_defaults(handler=_run_simulate, command_parser=replay_run)
+
     from sim import crosscheck as crosscheck_command
     from sim import sweep as sweep_command
 
@@ -324,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="shadow simulation throughput, against the per-step path in the same run",
         add_help=False,
     ).set_defaults(handler=_run_bench_sim, accepts_extra=True)
+    benches.add_parser(
+        "replay",
+        help="cache-only replay throughput, against the timed engine in the same run",
+        add_help=False,
+    ).set_defaults(handler=_run_bench_replay, accepts_extra=True)
     return parser
 
 

@@ -291,9 +291,13 @@ def test_chat_turn_extends_the_previous_prompt_and_its_answer(data: st.DataObjec
         for previous, current in itertools.pairwise(turns):
             answer_at = len(previous.prompt)
             assert common_prefix(previous.prompt, current.prompt) == answer_at
-            assert current.prompt.parent is previous.prompt
-            # the answer segment follows, with exactly output_tokens tokens
-            assert current.prompt.own_segments[0][1] == previous.output_tokens
+            # the answer follows, with exactly output_tokens tokens, and the next prompt
+            # extends it token for token (what an engine caching generated tokens hits)
+            answer = previous.answer
+            assert answer is not None and answer.parent is previous.prompt
+            assert [length for _, length in answer.own_segments] == [previous.output_tokens]
+            assert current.prompt.parent is answer
+            assert current.prompt.tokens()[: len(answer)] == answer.tokens()
             assert current.turn_starts == (
                 *previous.turn_starts,
                 answer_at + previous.output_tokens,

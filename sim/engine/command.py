@@ -27,7 +27,9 @@ from sim.engine.config import (
     BACKEND_NAMES,
     MAX_BUDGET_BYTES,
     MAX_SEED,
+    MEMORY_MODES,
     MEMORY_PARTS,
+    MODES,
     Faults,
     SimConfig,
 )
@@ -40,6 +42,8 @@ from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 from sim.outputs import check_output_file, write_text_atomic
 
+#: ``--checkpoint-gib``'s default (the default checkpoint budget, in GiB).
+DEFAULT_CHECKPOINT_GIB = SimConfig().checkpoint_budget_bytes / GIB
 #: The workload ``hyckpt simulate`` runs without ``--workload`` or ``--trace``.
 DEFAULT_WORKLOAD = "agentic"
 #: Requests ``hyckpt simulate`` runs without ``--requests``.
@@ -56,9 +60,17 @@ LARGE_REAL_TOKENS = 120 * REAL_TOKENS_PER_S
 REJECTED_WARNING_SHARE = 0.1
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``hyckpt simulate``."""
+def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> None:
+    """The options of ``hyckpt simulate`` (``mode="replay"``: of ``hyckpt replay``, the
+    same options with the cache-only replay as the default mode)."""
     defaults = SimConfig()
+    parser.add_argument(
+        "--mode",
+        default=mode,
+        choices=MODES,
+        help="engine: the timed SimPy engine; replay: a cache-only replay in arrival order, "
+        "one request at a time, same caching code, no timing (default: %(default)s)",
+    )
     parser.add_argument(
         "--workload",
         choices=WORKLOAD_NAMES,
@@ -160,6 +172,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)g)",
     )
     parser.add_argument(
+        "--memory",
+        default="split",
+        choices=MEMORY_MODES,
+        help="split: a KV pool and a checkpoint pool of their own sizes; unified: one budget "
+        "(--cache-gib) from which cached KV blocks and checkpoint slots are both drawn, as "
+        "vLLM's hybrid allocator does (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache-gib",
+        type=float,
+        help="with --memory unified: the budget in GiB (default: what the GPU memory leaves "
+        "after weights and live state)",
+    )
+    parser.add_argument(
+        "--cache-generated",
+        action="store_true",
+        help="a finished request caches its answer: full KV blocks and its final recurrent "
+        "state, so the next turn hits at the end of the previous answer (shadow backend; "
+        "default: off)",
+    )
+    parser.add_argument(
         "--spec-tokens",
         type=int,
         default=defaults.spec_tokens,
@@ -194,6 +227,32 @@ def check_args(args: argparse.Namespace) -> None:
         raise InvalidConfigError(
             f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
         )
+    if args.memory == "unified":
+        given = [
+            option
+            for option, value in (
+                ("--kv-blocks", args.kv_blocks),
+                ("--checkpoint-slots", args.checkpoint_slots),
+                ("--checkpoint-gib", None if args.checkpoint_gib == DEFAULT_CHECKPOINT_GIB else 1),
+            )
+            if value is not None
+        ]
+        if given:
+            raise InvalidConfigError(
+                f"--memory unified draws KV blocks and checkpoint slots from one budget "
+                f"(--cache-gib); {', '.join(given)} sizes a split pool: give one or the other"
+            )
+    elif args.cache_gib is not None:
+        raise InvalidConfigError("--cache-gib sizes the budget of --memory unified")
+    if args.cache_gib is not None and (
+        not math.isfinite(args.cache_gib)
+        or int(args.cache_gib * GIB) < 1
+        or args.cache_gib * GIB > MAX_BUDGET_BYTES
+    ):
+        raise InvalidConfigError(
+            f"--cache-gib must be a finite number of GiB >= 1 byte and <= "
+            f"{MAX_BUDGET_BYTES // GIB}, got {args.cache_gib}"
+        )
     gib = args.checkpoint_gib
     if not math.isfinite(gib) or int(gib * GIB) < 1 or gib * GIB > MAX_BUDGET_BYTES:
         raise InvalidConfigError(
@@ -213,6 +272,9 @@ OPTION_OF_FIELD = {
     "spec_tokens": "--spec-tokens",
     "seed": "--seed",
     "buffer_habits": "--buffer-habits",
+    "cache_generated": "--cache-generated",
+    "memory": "--memory",
+    "cache_budget_bytes": "--cache-gib",
 }
 
 
@@ -226,7 +288,7 @@ def option_message(message: str) -> str:
         flag = OPTION_OF_FIELD.get(field)
         if flag is None:
             return match.group(0)
-        if field == "checkpoint_budget_bytes":  # the option is in GiB, the field in bytes
+        if field in ("checkpoint_budget_bytes", "cache_budget_bytes"):  # GiB vs bytes
             return f"{flag} (as {value} bytes)" if value is not None else f"{flag} (in bytes)"
         return flag if value is None else f"{flag} {value}"
 
@@ -259,6 +321,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             kv_blocks=args.kv_blocks,
             checkpoint_slots=args.checkpoint_slots,
             checkpoint_budget_bytes=int(args.checkpoint_gib * GIB),
+            memory=args.memory,
+            cache_budget_bytes=None if args.cache_gib is None else int(args.cache_gib * GIB),
             placement=args.placement,
             eviction=args.eviction,
             spec_tokens=args.spec_tokens,
@@ -267,6 +331,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             buffer_habits=habit_names(args.buffer_habits),
             seed=args.seed,
             closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
+            cache_generated=args.cache_generated,
+            mode=args.mode,
             faults=Faults(),
         )
     except InvalidConfigError as error:
@@ -328,7 +394,7 @@ def summary_lines(result: SimResult) -> list[str]:
     """A short human-readable summary of a run (its :func:`warning_lines` are printed
     apart, on stderr, so that ``--quiet`` keeps them)."""
     t = result.totals
-    ttft = t["ttft"]
+    ttft = t.get("ttft")  # absent in a cache-only replay
     requests = t["requests"]
     lockstep = result.lockstep
     counts = lockstep["counts"]
@@ -336,9 +402,14 @@ def summary_lines(result: SimResult) -> list[str]:
     def seconds(value: object) -> str:
         return f"{value:.3f} s" if isinstance(value, int | float) else "n/a"
 
+    simulated = (
+        f"{t['sim_time_s']:.1f} s simulated in {t['steps']} steps"
+        if "sim_time_s" in t
+        else f"replayed in arrival order in {t['steps']} prefill steps"
+    )
     lines = [
         f"workload {result.workload.get('name', '?')}: {requests['finished']} requests finished, "
-        f"{requests['rejected']} rejected, {t['sim_time_s']:.1f} s simulated in {t['steps']} steps",
+        f"{requests['rejected']} rejected, {simulated}",
         f"token hit rate {shown_rate(t['token_hit_rate'])}, "
         f"request hit rate {shown_rate(t['request_hit_rate'])}, "
         f"prompt tokens {t['prompt_tokens']}, recomputed {t['recomputed_tokens']}, "
@@ -348,7 +419,9 @@ def summary_lines(result: SimResult) -> list[str]:
         f"{t['restores']['count']}; preemptions {t['preemptions']}; evictions "
         + (", ".join(f"{k} {v}" for k, v in t["evictions"].items()) or "none"),
         f"TTFT p50 {seconds(ttft['p50_s'])}, p90 {seconds(ttft['p90_s'])}, "
-        f"p99 {seconds(ttft['p99_s'])}",
+        f"p99 {seconds(ttft['p99_s'])}"
+        if isinstance(ttft, dict)
+        else "TTFT: none (a cache-only replay has no timing)",
         "lockstep: ok"
         if lockstep["ok"]
         else "lockstep: VIOLATIONS " + ", ".join(f"{k} {v}" for k, v in counts.items()),
@@ -473,6 +546,8 @@ def describe_run(
     else:
         source = f"workload {description.get('name', args.workload)} (seed {config.seed})"
     arrivals = "closed-loop sessions" if config.closed_loop else "open-loop arrivals"
+    if config.mode == "replay":
+        arrivals = "cache-only replay in arrival order"
     spec = (
         f", {config.spec_tokens} speculative tokens (acceptance {config.spec_acceptance})"
         if config.spec_tokens
@@ -483,7 +558,8 @@ def describe_run(
         # The tensors are the tiny model's; bytes, FLOPs and times are the named model's.
         backend += f" (tensors of the tiny model; sizes and times priced as {config.model})"
     return (
-        f"simulate: {config.model} on {config.gpu}; placement {config.placement} ({placement}); "
+        f"{'replay' if config.mode == 'replay' else 'simulate'}: {config.model} on "
+        f"{config.gpu}; placement {config.placement} ({placement}); "
         f"eviction {eviction}; {source}, {requests} requests, {arrivals}; "
         f"{config.checkpoint_capacity()} checkpoint slots, {config.kv_capacity()} KV blocks "
         f"of {config.block_size} tokens{spec}; backend {backend}"
@@ -523,7 +599,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(describe_run(args, config, description, requests), file=stream, flush=True)
     for line in warnings:
         print(line, file=sys.stderr, flush=True)
-    with progress_bar(requests, not args.quiet, "simulate") as progress:
+    label = "replay" if config.mode == "replay" else "simulate"
+    with progress_bar(requests, not args.quiet, label) as progress:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
     if args.json:
         write_text_atomic(args.json, result.to_json() + "\n")

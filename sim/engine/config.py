@@ -21,6 +21,17 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import get_model
 from sim.engine.costs import CostModel, get_gpu
 
+#: How memory is split between cached KV blocks and checkpoint slots.
+MEMORY_MODES = ("split", "unified")
+#: How a run is driven: the timed SimPy engine, or a cache-only replay in arrival order.
+MODES = ("engine", "replay")
+#: Fault switches that only a timed engine has (copy timing, preemption).
+TIMED_FAULTS = (
+    "preempt_mid_prefill_rate",
+    "copy_delay_s",
+    "publish_on_issue",
+    "skip_abort_on_preempt",
+)
 #: Backends a run can use (see :mod:`sim.engine.backends`).
 BACKEND_NAMES = ("shadow", "reference", "gpu", "external")
 #: Fraction of the GPU's memory the engine may use (the rest is left to the runtime).
@@ -199,6 +210,25 @@ class SimConfig:
             ``shared_export``, ``sliced_inputs``); none by default.
         mfu, mbu, copy_efficiency, step_overhead_s, copy_launch_s: cost model parameters
             (:class:`~sim.engine.costs.CostModel`).
+        cache_generated: a finished request caches what it generated, as SGLang's
+            ``cache_finished_req`` and vLLM's block caching of decoded tokens do: the full
+            KV blocks of its answer are registered by block hash and its recurrent state
+            at the end of what it computed (prompt + output - 1 tokens: the last
+            generated token was never fed through the model) is captured, so the next
+            turn of a conversation hits at the end of the previous answer
+            (docs/SIMULATION.md section 1). Needs requests that carry their ``answer``;
+            the shadow backend only (the real-tensor backends do not compute decoded
+            tokens).
+        memory: ``split`` (a KV pool and a checkpoint pool of their own sizes) or
+            ``unified``: one budget of pages from which both cached KV blocks and
+            checkpoint slots are drawn, least recently used side freed first
+            (:mod:`sim.engine.unified`; vLLM's hybrid allocator, Marconi).
+        cache_budget_bytes: with ``unified``, the budget in bytes; ``None`` = what the
+            GPU's memory leaves after weights and live recurrent state.
+        mode: ``engine`` (the timed SimPy engine) or ``replay``: a cache-only replay of
+            the workload in arrival order, one request at a time, through the same
+            index, placement, eviction, KV pool and generated-token caching code
+            (:mod:`sim.engine.replay`); no timing, no live-KV pressure, no preemption.
         faults: fault-injection switches.
     """
 
@@ -231,6 +261,10 @@ class SimConfig:
     copy_efficiency: float = 0.8
     step_overhead_s: float = 0.0005
     copy_launch_s: float = 0.000005
+    cache_generated: bool = False
+    mode: str = "engine"
+    memory: str = "split"
+    cache_budget_bytes: int | None = None
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
@@ -303,17 +337,102 @@ class SimConfig:
             raise InvalidConfigError(
                 f"SimConfig.closed_loop must be a bool, got {self.closed_loop!r}"
             )
+        if not isinstance(self.cache_generated, bool):
+            raise InvalidConfigError(
+                f"SimConfig.cache_generated must be a bool, got {self.cache_generated!r}"
+            )
+        if self.cache_generated and self.backend != "shadow":
+            raise InvalidConfigError(
+                f"SimConfig.cache_generated runs on the 'shadow' backend only, not "
+                f"{self.backend!r}: the real-tensor backends do not compute decoded tokens, "
+                "so a checkpoint after decode would hold no real state"
+            )
         if not isinstance(self.faults, Faults):
             raise InvalidConfigError("SimConfig.faults must be a Faults instance")
+        if self.memory not in MEMORY_MODES:
+            raise InvalidConfigError(
+                f"SimConfig.memory must be one of {', '.join(MEMORY_MODES)}, got {self.memory!r}"
+            )
+        if self.cache_budget_bytes is not None:
+            _check_int(owner, "cache_budget_bytes", self.cache_budget_bytes, 1, MAX_BUDGET_BYTES)
+            if self.memory != "unified":
+                raise InvalidConfigError(
+                    "SimConfig.cache_budget_bytes sizes the unified budget: it needs "
+                    "memory='unified' (split pools are sized by kv_blocks and "
+                    "checkpoint_slots / checkpoint_budget_bytes)"
+                )
+        if self.memory == "unified":
+            self._check_unified()
+        if self.mode not in MODES:
+            raise InvalidConfigError(
+                f"SimConfig.mode must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+        if self.mode == "replay":
+            timed = [name for name in TIMED_FAULTS if name in self.faults.active()]
+            if timed:
+                raise InvalidConfigError(
+                    f"SimConfig.mode='replay' has no timing and no preemption, so the "
+                    f"faults {', '.join(timed)} cannot happen in it; unset them or run "
+                    "mode='engine'"
+                )
         object.__setattr__(self, "placement_params", dict(self.placement_params))
         object.__setattr__(self, "eviction_params", dict(self.eviction_params))
         check_finite_params("SimConfig.placement_params", self.placement_params)
         check_finite_params("SimConfig.eviction_params", self.eviction_params)
         self.costs()  # validates the cost parameters
-        if self.checkpoint_slots is None:
+        if self.checkpoint_slots is None and self.memory == "split":
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
 
+    def _check_unified(self) -> None:
+        split = [
+            name
+            for name, value in (
+                ("kv_blocks", self.kv_blocks),
+                ("checkpoint_slots", self.checkpoint_slots),
+            )
+            if value is not None
+        ]
+        if self.checkpoint_budget_bytes != DEFAULT_CHECKPOINT_BUDGET_BYTES:
+            split.append("checkpoint_budget_bytes")
+        if split:
+            raise InvalidConfigError(
+                f"SimConfig.memory='unified' draws KV blocks and checkpoint slots from one "
+                f"budget (cache_budget_bytes), so the split pool sizes {', '.join(split)} "
+                "cannot be set with it"
+            )
+        if not self.costs().has_full_attention:
+            raise InvalidConfigError(
+                f"SimConfig.memory='unified' shares pages between KV blocks and checkpoints, "
+                f"but {self.model} has no full-attention layer (no KV pages); use 'split'"
+            )
+        if self.unified_pages() < self.unified_slot_pages():
+            raise InvalidConfigError(
+                f"SimConfig.memory='unified': a budget of {self.unified_pages()} pages does "
+                f"not hold one checkpoint slot ({self.unified_slot_pages()} pages)"
+            )
+
     # --- derived values ----------------------------------------------------------------
+
+    def unified_budget_bytes(self) -> int:
+        """The unified budget: ``cache_budget_bytes``, else ``0.9 * gpu memory - weights
+        - max_num_seqs * recurrent bytes`` (what split mode divides between its pools)."""
+        if self.cache_budget_bytes is not None:
+            return self.cache_budget_bytes
+        costs = self.costs()
+        usable = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION)
+        return max(0, usable - costs.weight_bytes - self.max_num_seqs * costs.recurrent_bytes)
+
+    def unified_page_bytes(self) -> int:
+        """Bytes of one page: ``B`` tokens of every full-attention layer's KV (and draft KV)."""
+        return self.block_size * max(self.costs().page_bytes_per_token, 1)
+
+    def unified_slot_pages(self) -> int:
+        """Pages one checkpoint slot occupies in the unified budget (rounded up)."""
+        return -(-self.checkpoint_slot_bytes() // self.unified_page_bytes())
+
+    def unified_pages(self) -> int:
+        """Pages in the unified budget (at most :data:`MAX_KV_BLOCKS`)."""
+        return min(MAX_KV_BLOCKS, self.unified_budget_bytes() // self.unified_page_bytes())
 
     @property
     def unit(self) -> int:
@@ -355,6 +474,8 @@ class SimConfig:
         ``checkpoint_budget_bytes`` holds (at least one: checked when built)."""
         if self.checkpoint_slots is not None:
             return self.checkpoint_slots
+        if self.memory == "unified":  # as many as the whole budget would hold
+            return min(MAX_CHECKPOINT_SLOTS, self.unified_pages() // self.unified_slot_pages())
         return self._budget_slots()
 
     def _budget_slots(self) -> int:
@@ -389,6 +510,8 @@ class SimConfig:
         """
         if self.kv_blocks is not None:
             return self.kv_blocks
+        if self.memory == "unified":
+            return self.unified_pages()
         costs = self.costs()
         fixed = self._fixed_memory_bytes()
         free = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION) - sum(fixed.values())
@@ -401,7 +524,9 @@ class SimConfig:
         return {
             "weights_bytes": costs.weight_bytes,
             "live_state_bytes": self.max_num_seqs * costs.recurrent_bytes,
-            "checkpoint_pool_bytes": self.checkpoint_capacity() * self.checkpoint_slot_bytes(),
+            "checkpoint_pool_bytes": 0
+            if self.memory == "unified"  # its slots are pages of the KV pool
+            else self.checkpoint_capacity() * self.checkpoint_slot_bytes(),
         }
 
     def memory_plan(self) -> dict[str, int]:

@@ -478,6 +478,15 @@ class ObservedIndex:
     def clear(self) -> None:
         self.inner.clear()
 
+    def evict_one(self, reason: str = "memory") -> int | None:
+        """The inner index's ``evict_one`` (unified memory; see
+        :meth:`reference.index.ReferenceIndex.evict_one`)."""
+        evict = getattr(self.inner, "evict_one", None)
+        if evict is None:
+            return None
+        slot = evict(reason)
+        return slot if isinstance(slot, int) else None
+
     def free_count(self) -> int:
         return self.inner.free_count()
 

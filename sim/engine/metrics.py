@@ -134,6 +134,9 @@ class Metrics:
     captures_reserved: int = 0
     captures_already_cached: int = 0
     captures_no_slot: int = 0
+    captures_skipped_full: int = 0
+    captures_generated: int = 0
+    generated_blocks_registered: int = 0
     captures_failed: int = 0
     captures_aborted: int = 0
     captures_published: int = 0
@@ -256,6 +259,8 @@ class Metrics:
                 "reserved": self.captures_reserved,
                 "already_cached": self.captures_already_cached,
                 "no_slot": self.captures_no_slot,
+                "skipped_full": self.captures_skipped_full,
+                "generated": self.captures_generated,
                 "failed": self.captures_failed,
                 "aborted": self.captures_aborted,
                 "published": self.captures_published,
@@ -269,6 +274,7 @@ class Metrics:
                 "peak": self.peak_kv_blocks_in_use,
             },
             "kv_blocks_cached_final": final.kv_blocks_cached,
+            "generated_blocks_registered": self.generated_blocks_registered,
             "checkpoint_bytes_in_use": {
                 "final": final.checkpoint_bytes_in_use,
                 "peak": self.peak_checkpoint_bytes_in_use,

@@ -19,7 +19,9 @@ def run_simulation(
     backend: Backend | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SimResult:
-    """Simulate serving ``requests`` (in arrival order) with ``config``.
+    """Simulate serving ``requests`` (in arrival order) with ``config``: the timed engine,
+    or with ``config.mode == "replay"`` the cache-only replay (:mod:`sim.engine.replay`),
+    whose result has no timing fields.
 
     Args:
         config: the engine, pools, policies, backend and faults.
@@ -31,6 +33,7 @@ def run_simulation(
     # SimPy is imported only when a simulation runs, so the commands that never simulate
     # (``hyckpt bench gpu``, ``sizes``, ``demo``) work where SimPy is not installed, such as
     # a GPU machine's own Python image.
+    from sim.engine.replay import Replayer, strip_timing
     from sim.engine.scheduler import Engine
 
     if backend is None:
@@ -40,13 +43,18 @@ def run_simulation(
             check_exactness=config.check_exactness,
             buffer_habits=config.buffer_habits,
         )
-    engine = Engine(config, requests, backend, progress=progress)
+    driver = Replayer if config.mode == "replay" else Engine
+    engine = driver(config, requests, backend, progress=progress)
     started = time.perf_counter()
     engine.run()
     wall = time.perf_counter() - started
     final = engine.gauges()
     metrics = engine.metrics
     costs = engine.costs
+    totals = metrics.totals(engine.evictions(), final, engine.env.now)
+    series = dict(metrics.series)
+    if config.mode == "replay":
+        strip_timing(totals, series)
     return SimResult(
         config=config.to_dict(),
         seed=config.seed,
@@ -61,13 +69,16 @@ def run_simulation(
             * costs.page_bytes_per_token,
             "checkpoint_slots": engine.capacity,
             "checkpoint_slot_bytes": config.checkpoint_slot_bytes(),
-            "checkpoint_pool_bytes": engine.capacity * config.checkpoint_slot_bytes(),
+            # Unified memory: the slots are pages of the KV pool, not memory of their own.
+            "checkpoint_pool_bytes": 0
+            if config.memory == "unified"
+            else engine.capacity * config.checkpoint_slot_bytes(),
             "batch_slots": config.max_num_seqs,
             "token_budget": config.token_budget,
             "memory": config.memory_plan(),
         },
-        totals=metrics.totals(engine.evictions(), final, engine.env.now),
-        series=dict(metrics.series),
+        totals=totals,
+        series=series,
         lockstep=engine.checker.summary(),
         faults=config.faults.active(),
         wall_s=wall,

@@ -56,7 +56,8 @@ from typing import Any
 import simpy
 
 from reference.api import AlreadyCached, EntryCost, PrefillChunk, Reservation
-from reference.errors import HyckptError
+from reference.errors import HyckptError, InvalidConfigError
+from reference.hashing import HashedPrompt
 from sim.engine.backends.base import Backend, Capture, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
@@ -66,8 +67,13 @@ from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
+from sim.engine.unified import SharedKVPool
 
 ProcessGenerator = Generator[simpy.Event, Any, None]
+
+
+def _tokens(reservation: Reservation) -> int:
+    return reservation.tokens
 
 
 @dataclass(eq=False, slots=True)
@@ -145,7 +151,26 @@ class Engine:
         self.placement = implementation.make_placement(
             config.placement, **config.placement_arguments()
         )
-        self.pool = KVPool(config.kv_capacity(), config.block_size)
+        self._unified = config.memory == "unified"
+        if self._unified:
+            if not callable(getattr(inner, "evict_one", None)):
+                raise InvalidConfigError(
+                    f"memory='unified' needs an index with evict_one(reason) (the reference "
+                    f"index has it), to give a checkpoint's pages back before the index is "
+                    f"full; {implementation.name!r}'s index has none"
+                )
+            self._slot_pages = config.unified_slot_pages()
+            self._held_slots: set[int] = set()  # slots whose pages are withheld
+            self._shared_pool = SharedKVPool(
+                config.kv_capacity(),
+                config.block_size,
+                self._slot_pages,
+                self._evict_checkpoint_for_memory,
+            )
+            self._ledger = self._shared_pool.ledger
+            self.pool: KVPool = self._shared_pool
+        else:
+            self.pool = KVPool(config.kv_capacity(), config.block_size)
         faults = config.faults
         if faults.capture_failure_rate > 0:
             backend = FailingCaptures(
@@ -187,6 +212,8 @@ class Engine:
         self._namespace = config.key_namespace
         self._paged = self.costs.has_full_attention
         self._max_tokens = self.pool.num_blocks * config.block_size
+        self._cache_generated = config.cache_generated
+        self._step_writes: list[Reservation] = []  # captures written in the current step
 
     # --- running -----------------------------------------------------------------------
 
@@ -304,7 +331,9 @@ class Engine:
 
     def _engine(self) -> ProcessGenerator:
         env = self.env
-        fuse = self.config.fuse_decode_steps
+        # Unified memory: a decode's page may evict a checkpoint, which must happen at
+        # SimPy's time (a capture copy due earlier may still publish): no fused steps.
+        fuse = self.config.fuse_decode_steps and not self._unified
         plan: StepPlan | None = None  # a step planned ahead by the fused loop
         while True:
             if plan is None:
@@ -332,7 +361,12 @@ class Engine:
                 yield turn
                 if plan.restore_done is not None:
                     yield plan.restore_done
-                if fuse and plan.decode_only and not self.waiting:
+                if (
+                    fuse
+                    and plan.decode_only
+                    and not self.waiting
+                    and not (self._cache_generated and self._plan_finishes(plan))
+                ):
                     end = self._fuse(plan, env.now + duration)
                     plan = None
                     yield from self._sleep_until(end)
@@ -343,6 +377,13 @@ class Engine:
                     yield env.timeout(duration)
                     self._complete(plan, env.now)
                     plan = None
+
+    @staticmethod
+    def _plan_finishes(plan: StepPlan) -> bool:
+        """A decode of ``plan`` may finish its request."""
+        return any(
+            seq.generated + tokens >= seq.output_tokens for seq, tokens in plan.decodes.items()
+        )
 
     def _sleep_until(self, at_s: float) -> ProcessGenerator:
         """Wait until SimPy's clock reads exactly ``at_s`` (seconds).
@@ -377,7 +418,7 @@ class Engine:
         self._complete(plan, end_s, sample=end_s < self._next_arrival_s)
         while self._can_fuse(end_s):
             end_s = self._decode_window(end_s)
-            if not self._can_fuse(end_s) or not self._decodes_fit():
+            if not self._can_fuse(end_s) or not self._decodes_fit() or self._next_step_finishes():
                 break
             self._now = end_s
             following = self._schedule()
@@ -447,7 +488,13 @@ class Engine:
         step_flops = steps = tokens = 0
         busy_s = metrics.compute_busy_s
         now, done = start_s, 0
-        while count and now < next_arrival:
+        # With cache_generated a finishing step captures; it runs through the per-step path.
+        stop = (
+            min(seq.output_tokens - seq.generated - 1 for seq in running)
+            if self._cache_generated
+            else math.inf
+        )
+        while count and now < next_arrival and done < stop:
             crossing = []
             while events and events[0][0] == done and events[0][1] == 0:
                 crossing.append(heapq.heappop(events))
@@ -522,11 +569,15 @@ class Engine:
             yield turn
             yield self.env.timeout(duration)
         self.metrics.copy_busy_s += duration
+        self._restores_complete(slots)
+        done.succeed()
+
+    def _restores_complete(self, slots: list[int]) -> None:
+        """The restore copies of ``slots`` completed: release their pins."""
         for slot in slots:
             self.checker.on_restore_complete(slot)
         for slot in slots:
             self._unpin(slot)
-        done.succeed()
 
     def _capture_job(self, writes: list[Reservation], duration: float) -> ProcessGenerator:
         with self.copy.request() as turn:
@@ -534,6 +585,10 @@ class Engine:
             yield self.env.timeout(duration)
         self.metrics.copy_busy_s += duration
         self._now = self.env.now
+        self._captures_complete(writes)
+
+    def _captures_complete(self, writes: list[Reservation]) -> None:
+        """The capture copies of ``writes`` completed: publish them."""
         publish = not self.config.faults.publish_on_issue
         for reservation in writes:
             self.checker.on_write_complete(reservation)
@@ -616,8 +671,14 @@ class Engine:
         # them may have been reused since: those come fresh, like the chunk's.
         shared = min(p // block, present)
         end = min(n, p + budget)
+        if hit is not None and self._unified:
+            # The pages for the chunk may come from evicting checkpoints: not this one.
+            self.index.pin(hit.slot)
+            self._ledger.pin(hit.slot)
         blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
         if blocks is None:
+            if hit is not None and self._unified:
+                self._unpin(hit.slot)
             return 0
         self.waiting.popleft()
         seq.batch_slot = self._free_batch.pop()
@@ -642,7 +703,10 @@ class Engine:
         self.backend.start(request.request_id, request.prompt, seq.batch_slot)
         if hit is not None:
             seq.hit_slot = hit.slot
-            self.index.pin(hit.slot)
+            if self._unified:  # pinned above
+                self._ledger.touch(hit.slot, self._shared_pool.tick())
+            else:
+                self.index.pin(hit.slot)
             plan.restores.append(seq)
         else:
             seq.hit_slot = -1
@@ -663,27 +727,80 @@ class Engine:
         positions = self.placement.positions(chunk)
         if positions:
             self.checker.request_id = request.request_id
-            metrics, costs = self.metrics, self.costs
+            metrics = self.metrics
             assert seq.hashed is not None
-            for position in positions:
+            # SEMANTICS H5. The request's own branch points first (the workload's prefix
+            # tree: other prompts share the prefix up to them), then the rest, each group
+            # longest first (a longer prompt of the same conversation can use it). A
+            # branch point may always evict; any other position only while nothing of
+            # this chunk is reserved, else it takes free memory or is skipped: a chunk's
+            # other checkpoints never flush the cache.
+            unit = self.config.unit
+            hints = getattr(request, "branch_points", ())
+            shared = {point // unit * unit for point in hints}
+            for position in sorted(positions, key=lambda p: (p not in shared, -p)):
                 metrics.captures_planned += 1
-                size = costs.checkpoint_bytes(position)
-                outcome = self.index.reserve(
-                    self._namespace,
-                    seq.hashed,
-                    position,
-                    cost=EntryCost(position, size, float(costs.prefill_flops(position))),
-                )
-                if isinstance(outcome, Reservation):
-                    metrics.captures_reserved += 1
+                if reservations and position not in shared and not self._room_without_eviction():
+                    metrics.captures_skipped_full += 1
+                    continue
+                outcome = self._reserve(seq.hashed, position)
+                if outcome is not None:
                     reservations.append(outcome)
-                    self._checkpoint_bytes += size - self._slot_bytes.get(outcome.slot, 0)
-                    self._slot_bytes[outcome.slot] = size
-                elif isinstance(outcome, AlreadyCached):
-                    metrics.captures_already_cached += 1
-                else:
-                    metrics.captures_no_slot += 1
+            reservations.sort(key=_tokens)  # ascending: the order the backend computes them
         plan.prefills[seq] = _Chunk(start, end, reservations)
+
+    def _room_without_eviction(self) -> bool:
+        """A checkpoint can be reserved without evicting anything."""
+        if not self.index.free_count():
+            return False
+        return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
+
+    def _reserve(self, hashed: HashedPrompt, position: int) -> Reservation | None:
+        """Reserve the checkpoint at ``position`` of ``hashed`` (its bytes, FLOPs and, with
+        unified memory, its pages accounted); the reservation, or ``None`` (already
+        cached, or no slot: counted)."""
+        metrics, costs = self.metrics, self.costs
+        size = costs.checkpoint_bytes(position)
+        outcome = self.index.reserve(
+            self._namespace,
+            hashed,
+            position,
+            cost=EntryCost(position, size, float(costs.prefill_flops(position))),
+        )
+        if isinstance(outcome, AlreadyCached):
+            metrics.captures_already_cached += 1
+            if self._unified and outcome.published:
+                self._ledger.touch(outcome.slot, self._shared_pool.tick())
+            return None
+        if not isinstance(outcome, Reservation):
+            metrics.captures_no_slot += 1
+            return None
+        slot = outcome.slot
+        if self._unified:
+            # The index evicted the slot's old entry itself (it was full), or took a
+            # free slot, whose pages must now come out of the shared budget.
+            if slot in self._held_slots:
+                self._ledger.dropped(slot)
+            elif self._shared_pool.make_fresh(self._slot_pages):
+                self._held_slots.add(slot)
+                self._shared_pool.withheld += self._slot_pages
+            else:
+                self.index.abort(outcome)
+                metrics.captures_no_slot += 1
+                return None
+        metrics.captures_reserved += 1
+        self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
+        self._slot_bytes[slot] = size
+        return outcome
+
+    def _evict_checkpoint_for_memory(self) -> bool:
+        """Unified memory: evict the index policy's victim to give its pages back."""
+        slot = self.index.evict_one("memory")
+        if slot is None:
+            return False
+        self._ledger.dropped(slot)
+        self._release_bytes(slot)
+        return True
 
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
@@ -738,6 +855,10 @@ class Engine:
         self.metrics.restores += len(slots)
         self.metrics.restore_bytes += total
         duration = self.costs.copy_s(total, len(slots)) + self.config.faults.copy_delay_s
+        self._start_restore_job(slots, duration, plan)
+
+    def _start_restore_job(self, slots: list[int], duration: float, plan: StepPlan) -> None:
+        """Run the step's restore copies on the copy stream; the step's compute waits."""
         plan.restore_done = self.env.event()
         self.env.process(self._restore_job(slots, duration, plan.restore_done))
 
@@ -773,8 +894,7 @@ class Engine:
         checker.step = plan.step
         metrics.steps += 1
         faults = self.config.faults
-        writes: list[Reservation] = []
-        capture_bytes = 0
+        writes = self._step_writes = []
         for seq, chunk in plan.prefills.items():
             rid = seq.request_id
             checker.request_id = rid
@@ -790,7 +910,6 @@ class Engine:
                         metrics.captures_failed += 1
                     if ok or faults.publish_failed_captures:
                         writes.append(reservation)
-                        capture_bytes += self.costs.checkpoint_bytes(reservation.tokens)
                     else:
                         self._abort(reservation)
             else:
@@ -811,13 +930,7 @@ class Engine:
                     self._finish(seq)
         if plan.decodes:
             self._advance_decodes(plan)
-        if writes:
-            if faults.publish_on_issue:
-                for reservation in writes:
-                    self._publish(reservation)
-            metrics.capture_bytes += capture_bytes
-            duration = self.costs.copy_s(capture_bytes, len(writes)) + faults.copy_delay_s
-            self.env.process(self._capture_job(writes, duration))
+        self._issue_captures()
         checker.on_step_end()
         if any(seq.phase is Phase.DONE for seq in self.running):
             self.running = [seq for seq in self.running if seq.phase is not Phase.DONE]
@@ -825,6 +938,25 @@ class Engine:
         metrics.observe_peaks(used, self._checkpoint_bytes)
         if sample and metrics.due(now_s):
             metrics.sample(now_s, plan.step, self.gauges())
+
+    def _issue_captures(self) -> None:
+        """Issue the copy job of the captures written this step (published on completion)."""
+        writes = self._step_writes
+        if not writes:
+            return
+        self._step_writes = []
+        faults = self.config.faults
+        if faults.publish_on_issue:
+            for reservation in writes:
+                self._publish(reservation)
+        capture_bytes = sum(self.costs.checkpoint_bytes(r.tokens) for r in writes)
+        self.metrics.capture_bytes += capture_bytes
+        duration = self.costs.copy_s(capture_bytes, len(writes)) + faults.copy_delay_s
+        self._start_capture_job(writes, duration)
+
+    def _start_capture_job(self, writes: list[Reservation], duration: float) -> None:
+        """Run the step's capture copies on the copy stream; they publish on completion."""
+        self.env.process(self._capture_job(writes, duration))
 
     def _advance_decodes(self, plan: StepPlan) -> None:
         """Accept speculative tokens (seeded draws) and roll back the rejected ones."""
@@ -858,6 +990,8 @@ class Engine:
 
     def _finish(self, seq: Seq) -> None:
         seq.phase = Phase.DONE
+        if self._cache_generated:
+            self._cache_answer(seq)
         self.pool.release(seq.blocks)
         seq.blocks = []
         self.backend.release(seq.request_id, seq.batch_slot)
@@ -867,6 +1001,57 @@ class Engine:
         seq.digests = ()
         self.metrics.requests_finished += 1
         self._leave(seq, self._now)
+
+    def _cache_answer(self, seq: Seq) -> None:
+        """Cache what finished ``seq`` computed of its answer (``cache_generated``).
+
+        The request holds KV and recurrent state for ``p = prompt + generated - 1``
+        tokens of its ``answer`` (the last generated token was sampled, never fed). Its
+        full blocks of ``[0, p)`` are registered by the answer's block digests, and the
+        state at ``p`` is captured into a reserved slot (partial page ``p mod B`` rows
+        included), written now and published when the step's capture copy completes,
+        like any capture. A request without an ``answer`` caches nothing.
+        """
+        answer = getattr(seq.request, "answer", None)
+        p = seq.computed
+        if answer is None or p > len(answer) or p < 1:
+            return
+        block, metrics = self._block, self.metrics
+        hashed = answer.hashed(self._namespace, self.config.unit)
+        full = min(p // block, len(seq.blocks))
+        if full > seq.registered:
+            digests = block_digests(hashed, full, self._units_per_block)
+            register, blocks = self.pool.register, seq.blocks
+            for i in range(seq.registered, full):
+                register(blocks[i], digests[i])
+            metrics.generated_blocks_registered += full - seq.registered
+            seq.registered = full
+        if p <= seq.prompt_len:
+            return  # nothing generated was fed: the prompt's own captures cover it
+        self.checker.request_id = seq.request_id
+        metrics.captures_planned += 1
+        outcome = self._reserve(hashed, p)
+        if outcome is None:
+            return
+        metrics.captures_generated += 1
+        ok = self.backend.capture_generated(
+            seq.request_id, seq.batch_slot, Capture(p, outcome.slot), seq.blocks
+        )
+        if not ok:
+            metrics.captures_failed += 1
+        if ok or self.config.faults.publish_failed_captures:
+            self._step_writes.append(outcome)
+        else:
+            self._abort(outcome)
+
+    def _next_step_finishes(self) -> bool:
+        """With ``cache_generated``: the next decode step may finish a running request.
+        Such a step captures, so it is never fused ahead of SimPy time."""
+        if not self._cache_generated:
+            return False
+        return any(
+            seq.generated + self._decode_tokens(seq) >= seq.output_tokens for seq in self.running
+        )
 
     def _count_done(self) -> None:
         self._progress_pending += 1
@@ -883,6 +1068,8 @@ class Engine:
     def _publish(self, reservation: Reservation) -> None:
         if self.index.publish(reservation):
             self.metrics.captures_published += 1
+            if self._unified:
+                self._ledger.published(reservation.slot, self._shared_pool.tick())
         else:
             self.metrics.captures_cancelled += 1
             self._release_bytes(reservation.slot)
@@ -895,6 +1082,8 @@ class Engine:
     def _unpin(self, slot: int) -> None:
         """Release a restore's pin. An implementation whose index lost the pin (it evicted
         the slot while pinned) raises here; that is recorded, not fatal."""
+        if self._unified:
+            self._ledger.unpin(slot)
         try:
             self.index.unpin(slot)
         except HyckptError as error:
@@ -903,4 +1092,8 @@ class Engine:
             )
 
     def _release_bytes(self, slot: int) -> None:
+        """``slot`` holds no checkpoint any more (aborted, cancelled, evicted for memory)."""
         self._checkpoint_bytes -= self._slot_bytes.pop(slot, 0)
+        if self._unified and slot in self._held_slots:
+            self._held_slots.discard(slot)
+            self._shared_pool.withheld -= self._slot_pages

@@ -15,7 +15,9 @@ from sim.engine.config import MEMORY_PARTS
 
 #: Sweep axes that set the checkpoint pool's size (a line of the line figures runs along
 #: them, or is drawn at its largest pool).
-POOL_AXES = frozenset({"cache.checkpoint_slots", "cache.checkpoint_budget_bytes"})
+POOL_AXES = frozenset(
+    {"cache.checkpoint_slots", "cache.checkpoint_budget_bytes", "cache.cache_budget_bytes"}
+)
 #: Sweep axes a hit-rate-vs-pool line runs along or averages over (or names already).
 CURVE_AXES = POOL_AXES | {"scenario.seed", "placement.policy", "eviction.policy"}
 
@@ -144,6 +146,20 @@ class Row:
     def pool_slots(self) -> int | None:
         slots = self._get("pools", "checkpoint_slots")
         return slots if isinstance(slots, int) and not isinstance(slots, bool) else None
+
+    @property
+    def unified(self) -> bool:
+        """Whether the run had one memory budget (``config.memory == "unified"``)."""
+        return self._get("config", "memory") == "unified"
+
+    @property
+    def cache_bytes(self) -> int | None:
+        """KV pool + checkpoint pool bytes (``pools``): a unified run's budget."""
+        kv = self._get("pools", "kv_pool_bytes")
+        checkpoints = self._get("pools", "checkpoint_pool_bytes")
+        if isinstance(kv, int) and isinstance(checkpoints, int):
+            return kv + checkpoints  # a unified run's checkpoint pool is 0: pages of the KV pool
+        return None
 
     @property
     def pool_bytes(self) -> float | None:

@@ -222,13 +222,24 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
     (placement × eviction; and per value of any other sweep axis), averaged over seeds
     (every run a dot); each line its own colour, dash and marker (:func:`line_styles`).
     Each rate axis runs from 0 to a little above its highest value; a run whose memory
-    plan does not fit one GPU has a black ring round its dot, its line a ``†``."""
-    sizes = {row.pool_slots for row in rows if row.pool_slots is not None}
+    plan does not fit one GPU has a black ring round its dot, its line a ``†``.
+
+    When a run has one memory budget (``cache.memory = "unified"``) the axis is the
+    cache memory instead, in GiB: the KV pool plus the checkpoint pool of every run (a
+    unified run's budget; a split run's two pools together), so split and unified runs
+    compare at the same memory."""
+    unified = any(row.unified for row in rows)
+
+    def x_of(row: Row) -> int | None:
+        return row.cache_bytes if unified else row.pool_slots
+
+    sizes = {x for row in rows if (x := x_of(row)) is not None}
     if len(sizes) < 2:
         only = ", ".join(str(s) for s in sorted(sizes)) or "none"
-        return f"needs at least two checkpoint pool sizes; the results have {only} (slots)"
+        unit = "bytes of cache memory" if unified else "slots"
+        return f"needs at least two checkpoint pool sizes; the results have {only} ({unit})"
     varying = varying_axes(rows)
-    styles = line_styles([row for row in rows if row.pool_slots is not None], varying)
+    styles = line_styles([row for row in rows if x_of(row) is not None], varying)
     figure = _figure(2, width=10.0)
     axes = figure.subplots(2, 1, sharex=True)
     for ax, column, title in (
@@ -237,8 +248,8 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
     ):
         by_policy: dict[str, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))
         for row in rows:
-            if row.pool_slots is not None and row.total(column) is not None:
-                by_policy[row.curve(varying)][row.pool_slots].append(row)
+            if (x := x_of(row)) is not None and row.total(column) is not None:
+                by_policy[row.curve(varying)][x].append(row)
         drawn: list[float] = []
         for policy in sorted(by_policy, key=natural_key):
             points = by_policy[policy]
@@ -262,9 +273,13 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
         ax.set_ylabel(title)
         ax.set_ylim(0.0, rate_limit(drawn))
         ax.grid(True, alpha=0.3)
-    axes[0].set_title("hit rate vs checkpoint pool size (line: mean over seeds; dots: runs)")
+    what = "cache memory" if unified else "checkpoint pool size"
+    axes[0].set_title(f"hit rate vs {what} (line: mean over seeds; dots: runs)")
     axes[1].set_xscale("log", base=2)
-    _label_pool_sizes(axes[1], sorted(sizes), slot_bytes(rows))
+    if unified:
+        _label_cache_memory(axes[1], sorted(sizes))
+    else:
+        _label_pool_sizes(axes[1], sorted(sizes), slot_bytes(rows))
     _legend(figure, axes[0], "small")
     _note_overcommit(figure, rows, "; ringed dots: those runs")
     return figure
@@ -292,6 +307,14 @@ def _label_pool_sizes(ax: Axes, sizes: Sequence[int], per_slot: float | None) ->
         return
     ax.set_xticklabels([f"{size}\n{size * per_slot / GIB:.3g}" for size in sizes])
     ax.set_xlabel(f"checkpoint slots / pool GiB (one slot: {per_slot / 2**20:.1f} MiB)")
+
+
+def _label_cache_memory(ax: Axes, sizes: Sequence[int]) -> None:
+    """Ticks at the runs' cache memory (KV pool + checkpoint pool), in GiB."""
+    ax.set_xticks(list(sizes))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticklabels([f"{size / GIB:.3g}" for size in sizes])
+    ax.set_xlabel("cache memory, GiB (unified budget; split: KV pool + checkpoint pool)")
 
 
 def _mean_series(runs: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float]]:

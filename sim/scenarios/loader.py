@@ -37,6 +37,7 @@ from sim.engine.config import (
     check_finite_params,
 )
 from sim.engine.costs import CostModel, get_gpu
+from sim.engine.presets import PRESETS
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import closed_loop
 from sim.engine.sources import build_trace, build_workload, canonical_name
@@ -47,6 +48,7 @@ from sim.scenarios.schema import (
     MISSING,
     SCHEMA,
     TABLES,
+    TIMING_ONLY_KEYS,
     ScenarioError,
     check_expect_value,
     suggestion,
@@ -522,6 +524,43 @@ def _assemble(
     seeds: list[int] | None = meta["seeds"]
     seed = meta["seed"] if meta["seed"] is not None else (seeds[0] if seeds else 0)
     given_cache = data.get("cache", {})
+    preset_keys = _apply_preset(data, tables, where)
+    if cache["memory"] == "unified":
+        for key in ("kv_blocks", "kv_budget_bytes", "checkpoint_slots", "checkpoint_budget_bytes"):
+            if key in given_cache:
+                raise ScenarioError(
+                    where,
+                    f"cache.{key}",
+                    given_cache[key],
+                    "unset with cache.memory = 'unified'"
+                    + (
+                        " (set by cache.engine; set cache.memory = 'split' to override)"
+                        if "cache.memory" in preset_keys
+                        else ""
+                    )
+                    + ": KV blocks and checkpoint slots come out of one budget "
+                    "(cache.cache_budget_bytes)",
+                )
+    elif cache["cache_budget_bytes"] is not None:
+        raise ScenarioError(
+            where,
+            "cache.cache_budget_bytes",
+            cache["cache_budget_bytes"],
+            "unset unless cache.memory = 'unified' (split pools are sized by kv_* and "
+            "checkpoint_*)",
+        )
+    if engine["mode"] == "replay":
+        for dotted in TIMING_ONLY_KEYS:
+            table, key = dotted.split(".")
+            given = data.get(table, {})
+            if isinstance(given, dict) and key in given:
+                raise ScenarioError(
+                    where,
+                    dotted,
+                    given[key],
+                    "unset with engine.mode = 'replay': a cache-only replay has no timing, "
+                    "sessions or preemption, so it would ignore this key",
+                )
     if cache["checkpoint_slots"] is not None and "checkpoint_budget_bytes" in given_cache:
         raise ScenarioError(
             where,
@@ -570,6 +609,14 @@ def _assemble(
         )
     if backend["name"] == "external" and backend["impl"] is None:
         raise ScenarioError(where, "backend.impl", None, "module:factory for backend 'external'")
+    if cache["cache_generated"] and backend["name"] != "shadow":
+        raise ScenarioError(
+            where,
+            "cache.cache_generated",
+            True,
+            f"false with backend {backend['name']!r}: the real-tensor backends do not compute "
+            "decoded tokens, so only 'shadow' can cache them",
+        )
     if backend["buffer_habits"] and backend["name"] == "shadow":
         raise ScenarioError(
             where,
@@ -617,15 +664,21 @@ def _assemble(
             copy_efficiency=engine["copy_efficiency"],
             step_overhead_s=engine["step_overhead_s"],
             copy_launch_s=engine["copy_launch_s"],
+            cache_generated=cache["cache_generated"],
+            mode=engine["mode"],
+            memory=cache["memory"],
+            cache_budget_bytes=cache["cache_budget_bytes"],
             faults=Faults(**faults_table),
             # Sized below, so that an error can name cache.checkpoint_budget_bytes.
-            checkpoint_slots=cache["checkpoint_slots"] or 1,
+            checkpoint_slots=(cache["checkpoint_slots"] or 1)
+            if cache["memory"] == "split"
+            else None,
         )
     except HyckptError as error:
         raise ScenarioError(
             where, "(engine configuration)", MISSING, f"a valid engine ({error})"
         ) from None
-    if cache["checkpoint_slots"] is None:
+    if cache["checkpoint_slots"] is None and cache["memory"] == "split":
         per_slot = config.checkpoint_slot_bytes()
         if not 1 <= cache["checkpoint_budget_bytes"] // per_slot <= MAX_CHECKPOINT_SLOTS:
             raise ScenarioError(
@@ -668,6 +721,41 @@ def _assemble(
         sweep_axes={},
         data=data,
     )
+
+
+def _apply_preset(data: dict[str, Any], tables: dict[str, dict[str, Any]], where: str) -> set[str]:
+    """Fill in the ``cache.engine`` preset's settings the file does not set; return the
+    dotted keys the preset set.
+
+    Raises:
+        ScenarioError: the preset caches generated tokens on a real-tensor backend, which
+            cannot (an explicit ``cache.cache_generated = false`` overrides it).
+    """
+    name = tables["cache"]["engine"]
+    if name == "none":
+        return set()
+    applied: set[str] = set()
+    for dotted, value in PRESETS[name].settings.items():
+        table, key = dotted.split(".")
+        given = data.get(table, {})
+        if not (isinstance(given, dict) and key in given):
+            tables[table][key] = value
+            applied.add(dotted)
+    backend = tables["backend"]["name"]
+    if (
+        "cache.cache_generated" in applied
+        and tables["cache"]["cache_generated"]
+        and backend != "shadow"
+    ):
+        raise ScenarioError(
+            where,
+            "cache.engine",
+            name,
+            f"a preset the run can honour: {name!r} caches generated tokens, which backend "
+            f"{backend!r} cannot (it does not compute decoded tokens); use backend 'shadow', "
+            "or set cache.cache_generated = false to override",
+        )
+    return applied
 
 
 def _seen(started: set[str] | None, *what: object) -> bool:

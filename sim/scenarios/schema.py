@@ -35,8 +35,11 @@ from sim.engine.config import (
     MAX_SEED,
     MAX_SPEC_TOKENS,
     MAX_TOKEN_BUDGET,
+    MEMORY_MODES,
+    MODES,
 )
 from sim.engine.costs import GPU_PRESETS
+from sim.engine.presets import PRESET_NAMES
 from sim.engine.sessions import SESSION_MODES
 from sim.engine.sources import MAX_REQUESTS, TRACE_FORMATS, WORKLOAD_NAMES
 
@@ -223,6 +226,11 @@ class Key:
 
 
 _SIM_ENGINE: dict[str, Key] = {
+    "mode": Key(
+        choice(list(MODES)),
+        "engine",
+        "engine: the timed SimPy engine; replay: cache-only replay in arrival order",
+    ),
     "max_num_seqs": Key(integer(1, MAX_NUM_SEQS), 256, "running sequences at most (batch slots)"),
     "spec_tokens": Key(
         integer(0, MAX_SPEC_TOKENS), 0, "speculative (MTP) tokens proposed per decode step"
@@ -238,6 +246,24 @@ _SIM_ENGINE: dict[str, Key] = {
     "step_overhead_s": Key(number(0.0, MAX_SECONDS), 0.0005, "fixed seconds per step"),
     "copy_launch_s": Key(number(0.0, MAX_SECONDS), 0.000005, "fixed seconds per copy"),
 }
+
+#: Keys that only the timed engine reads: set with ``engine.mode = "replay"`` they are
+#: an error, not silently ignored.
+TIMING_ONLY_KEYS = (
+    "engine.sample_interval_s",
+    "engine.fuse_decode_steps",
+    "engine.mfu",
+    "engine.mbu",
+    "engine.copy_efficiency",
+    "engine.step_overhead_s",
+    "engine.copy_launch_s",
+    "workload.sessions",
+    "faults.preempt_mid_prefill_rate",
+    "faults.copy_delay_s",
+    "faults.publish_on_issue",
+    "faults.skip_abort_on_preempt",
+    "expect.max_ttft_p99_s",
+)
 
 #: Every table and its keys. ``None`` defaults mean "unset" (the engine sizes it).
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -270,6 +296,27 @@ SCHEMA: dict[str, dict[str, Key]] = {
             integer(1, MAX_BUDGET_BYTES),
             16 * 2**30,
             "checkpoint-pool bytes (recurrent + partial-KV axes)",
+        ),
+        "engine": Key(
+            choice(list(PRESET_NAMES)),
+            "none",
+            "engine preset: placement, eviction, cache_generated and memory as that engine "
+            "does (keys the file sets win)",
+        ),
+        "memory": Key(
+            choice(list(MEMORY_MODES)),
+            "split",
+            "split: a KV pool and a checkpoint pool; unified: one budget for both",
+        ),
+        "cache_budget_bytes": Key(
+            integer(1, MAX_BUDGET_BYTES),
+            None,
+            "memory = unified: the budget (unset: what the GPU leaves after weights)",
+        ),
+        "cache_generated": Key(
+            boolean,
+            False,
+            "a finished request caches its answer's full KV blocks and its final state",
         ),
     },
     "engine": _SIM_ENGINE,

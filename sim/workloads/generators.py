@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from sim.workloads._checks import check_float, check_int, check_name, check_type, fail
 from sim.workloads.arrivals import ArrivalProcess, Bursty, Poisson, TraceArrivals
 from sim.workloads.dists import IntDist, TimeDist, Zipf, component_rng
-from sim.workloads.prompt import MAX_SEGMENT_TOKENS, Prompt, Segment, SegmentIds
+from sim.workloads.prompt import MAX_SEGMENT_TOKENS, Prompt, SegmentIds
 from sim.workloads.request import Request, Workload, default_id_space
 
 __all__ = [
@@ -65,6 +65,11 @@ def _check_segment_tokens(owner: str, field_name: str, value: object, *, minimum
     if number > MAX_SEGMENT_TOKENS:
         raise fail(owner, field_name, value, f"<= {MAX_SEGMENT_TOKENS} tokens (one segment)")
     return number
+
+
+def _answer(ids: SegmentIds, prompt: Prompt, output_tokens: int) -> Prompt:
+    """``prompt`` followed by a fresh segment of the ``output_tokens`` it generates."""
+    return Prompt._make(prompt, ((ids.next(), output_tokens),), output_tokens)
 
 
 def _root(ids: SegmentIds, tokens: int) -> Prompt | None:
@@ -244,17 +249,18 @@ def _conversation(
     ids = session.ids
     prompt = Prompt._make(session.root, ((ids.next(), in_len),), in_len)
     starts: tuple[int, ...] = (session.system_tokens,)
-    previous_out = 0
+    answer = prompt
     for turn in range(steps):
         if turn:
             now += gap.sample(rng)
             in_len, out_len = next_input.sample(rng), output.sample(rng)
-            position = len(prompt) + previous_out
+            position = len(answer)
             if position + in_len + out_len > session.limit:
                 return
-            own: tuple[Segment, ...] = ((ids.next(), previous_out), (ids.next(), in_len))
-            prompt = Prompt._make(prompt, own, previous_out + in_len)
+            prompt = Prompt._make(answer, ((ids.next(), in_len),), in_len)
             starts = (*starts, position)
+        # The answer's tokens are the next turn's, token for token (it extends this object).
+        answer = Prompt._make(prompt, ((ids.next(), out_len),), out_len)
         yield Request(
             f"{session.session_id}/{turn}",
             now,
@@ -264,8 +270,8 @@ def _conversation(
             out_len,
             starts,
             session.kind,
+            answer=answer,
         )
-        previous_out = out_len
 
 
 def _workload(
@@ -358,7 +364,16 @@ def shared_system_prompt(
             session_id = f"{name}/{index}"
             starts = (lengths[rank],)
             yield Request(
-                f"{session_id}/0", now, session_id, 0, prompt, out_len, starts, name, starts
+                f"{session_id}/0",
+                now,
+                session_id,
+                0,
+                prompt,
+                out_len,
+                starts,
+                name,
+                starts,
+                _answer(ids, prompt, out_len),
             )
 
     return _workload(name, "shared_system_prompt", seed, config, make, space)
@@ -590,6 +605,7 @@ def few_shot_branching(
                 (points[-1],),
                 name,
                 tuple(points),
+                _answer(ids, prompt, out_len),
             )
 
     return _workload(name, "few_shot_branching", seed, config, make, space)
@@ -673,7 +689,16 @@ def long_document_qa(
             session_id = f"{name}/{index}"
             starts = (lengths[doc],)
             yield Request(
-                f"{session_id}/0", now, session_id, 0, prompt, out_len, starts, name, starts
+                f"{session_id}/0",
+                now,
+                session_id,
+                0,
+                prompt,
+                out_len,
+                starts,
+                name,
+                starts,
+                _answer(ids, prompt, out_len),
             )
 
     return _workload(name, "long_document_qa", seed, config, make, space)

@@ -32,6 +32,10 @@ class Request:
         branch_points: positions (tokens) where this prompt's path through a known prefix
             tree leaves a prefix other requests share; the hint of the ``branch`` policy
             (empty when the workload has no tree).
+        answer: the prompt followed by the ``output_tokens`` the request generates, token
+            for token (``None`` when the workload does not know them, e.g. a Mooncake
+            trace). A follow-up turn's prompt extends this object, so an engine that
+            caches generated tokens (``SimConfig.cache_generated``) can hit there.
     """
 
     request_id: str
@@ -43,6 +47,7 @@ class Request:
     turn_starts: tuple[int, ...]
     kind: str
     branch_points: tuple[int, ...] = ()
+    answer: Prompt | None = None
 
     @property
     def prompt_tokens(self) -> int:

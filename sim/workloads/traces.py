@@ -117,13 +117,22 @@ class JsonlTraceConfig:
 
 
 class _Session:
-    __slots__ = ("last_ts", "output", "prompt", "starts", "turn")
+    """A session's state: its last turn's ``answer`` (prompt + output), which the next
+    turn's prompt extends."""
 
-    def __init__(
-        self, prompt: Prompt, output: int, starts: tuple[int, ...], turn: int, last_ts: float
-    ) -> None:
-        self.prompt, self.output, self.starts, self.turn = prompt, output, starts, turn
+    __slots__ = ("answer", "last_ts", "starts", "turn")
+
+    def __init__(self, answer: Prompt, starts: tuple[int, ...], turn: int, last_ts: float) -> None:
+        self.answer, self.starts, self.turn = answer, starts, turn
         self.last_ts = last_ts
+
+
+def _answer(ids: SegmentIds, prompt: Prompt, output_tokens: int) -> Prompt:
+    """``prompt`` followed by a fresh segment of its ``output_tokens`` (``prompt`` itself
+    when there are none)."""
+    if output_tokens < 1:
+        return prompt
+    return Prompt._make(prompt, ((ids.next(), output_tokens),), output_tokens)
 
 
 def jsonl_trace(
@@ -138,10 +147,10 @@ def jsonl_trace(
     """Replay a session JSONL trace (``session_id, turn_id, ts, input_tokens, output_tokens``).
 
     Each turn's input and each answer becomes one fresh segment, so turn ``k + 1``'s
-    prompt extends turn ``k``'s prompt exactly (``turn_starts`` lists where every input
-    begins). Memory: the prompt chain of every session not yet forgotten (see
-    ``session_idle_s``). Request ids are ``"<name>/<session_id>/<turn_id>"``; ``turn``
-    counts from 0 whatever ``first_turn`` is.
+    prompt extends turn ``k``'s prompt and answer exactly (the request's ``answer``;
+    ``turn_starts`` lists where every input begins). Memory: the prompt chain of every
+    session not yet forgotten (see ``session_idle_s``). Request ids are
+    ``"<name>/<session_id>/<turn_id>"``; ``turn`` counts from 0 whatever ``first_turn`` is.
     """
     config = JsonlTraceConfig(os.fspath(path), first_turn, relative_time, session_idle_s)
     space = _space(name, id_space)
@@ -206,7 +215,8 @@ def jsonl_trace(
                     )
                 prompt = Prompt._make(None, ((ids.next(), input_len),), input_len)
                 starts: tuple[int, ...] = (0,)
-                state = _Session(prompt, output_len, starts, turn, ts)
+                answer = _answer(ids, prompt, output_len)
+                state = _Session(answer, starts, turn, ts)
                 sessions[session_key] = state
                 forgotten.discard(session_key)
             else:
@@ -218,16 +228,12 @@ def jsonl_trace(
                         turn,
                         f"{state.turn + 1} (the next turn of session {session_key!r})",
                     )
-                own = tuple((ids.next(), length) for length in (state.output, input_len) if length)
-                position = len(state.prompt) + state.output
-                prompt = Prompt._make(state.prompt, own, state.output + input_len)
+                position = len(state.answer)
+                own = ((ids.next(), input_len),) if input_len else ()
+                prompt = Prompt._make(state.answer, own, input_len)
                 starts = (*state.starts, position)
-                state.prompt, state.output, state.starts, state.turn = (
-                    prompt,
-                    output_len,
-                    starts,
-                    turn,
-                )
+                answer = _answer(ids, prompt, output_len)
+                state.answer, state.starts, state.turn = answer, starts, turn
                 state.last_ts = ts
                 sessions.move_to_end(session_key)
             session_id = f"{name}/{session_key}"
@@ -240,6 +246,7 @@ def jsonl_trace(
                 output_len,
                 starts,
                 name,
+                answer=answer,
             )
 
     return Workload(

@@ -13,7 +13,9 @@ scheduler calls, per request:
    :class:`WriteObserver` (the lockstep checker) as it performs it,
 4. :meth:`Backend.prefill_done` when the prompt is computed (real-tensor backends compare
    a restored request with a scratch prefill here),
-5. :meth:`Backend.release` when the request finishes or is preempted.
+5. :meth:`Backend.capture_generated` when a request finishes and the engine caches what
+   it generated (``SimConfig.cache_generated``): the live state at its end into a slot,
+6. :meth:`Backend.release` when the request finishes or is preempted.
 
 Slots are the index's snapshot slot ids; blocks are the KV pool's block ids (page ids of
 the live state). Token counts and positions are tokens.
@@ -116,6 +118,14 @@ class Backend(Protocol):
     ) -> list[str]:
         """The prompt is computed; mismatches against a scratch prefill (empty if none or
         not checked)."""
+        ...
+
+    def capture_generated(
+        self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
+    ) -> bool:
+        """Write the live state of a finished request (after ``capture.position`` tokens,
+        its prompt and all but its last generated token) into ``capture.slot``, the
+        partial page ``block_table[position // B]`` included; whether it was written."""
         ...
 
     def release(self, request_id: str, batch_slot: int) -> None:

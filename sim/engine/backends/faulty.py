@@ -59,6 +59,11 @@ class _Wrapper:
     ) -> list[str]:
         return self.inner.prefill_done(request_id, batch_slot, block_table)
 
+    def capture_generated(
+        self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
+    ) -> bool:
+        return self.inner.capture_generated(request_id, batch_slot, capture, block_table)
+
     def release(self, request_id: str, batch_slot: int) -> None:
         self.inner.release(request_id, batch_slot)
 
@@ -93,6 +98,14 @@ class FailingCaptures(_Wrapper):
         done = iter(self.inner.prefill(request_id, batch_slot, start, end, block_table, kept))
         self.failed += sum(fail)
         return [False if f else next(done) for f in fail]
+
+    def capture_generated(
+        self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
+    ) -> bool:
+        if self.rng.random() < self.rate:
+            self.failed += 1
+            return False
+        return self.inner.capture_generated(request_id, batch_slot, capture, block_table)
 
     def describe(self) -> dict[str, object]:
         return {**self.inner.describe(), "capture_failure_rate": self.rate}

@@ -60,6 +60,14 @@ class ShadowBackend:
             observer.on_write(capture.slot)
         return [True] * len(captures)
 
+    def capture_generated(
+        self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
+    ) -> bool:
+        observer = self._observer
+        assert observer is not None, "bind() first"
+        observer.on_write(capture.slot)
+        return True
+
     def prefill_done(
         self, request_id: str, batch_slot: int, block_table: Sequence[int]
     ) -> list[str]:

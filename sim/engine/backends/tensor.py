@@ -47,7 +47,7 @@ from reference.buffer_habits import (
     pad_pools,
     reallocate,
 )
-from reference.errors import CapabilityMissingError, HyckptError
+from reference.errors import CapabilityMissingError, HyckptError, InvalidConfigError
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
 from sim.engine.backends.base import Capture, EngineLayout, WriteObserver
@@ -307,6 +307,16 @@ class TensorBackend:
                 elif group == "recurrent" or storage.is_boundary_hidden_captured(snap):
                     found[f"{group}/{name}"] = slab[snap]
         return found
+
+    def capture_generated(
+        self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
+    ) -> bool:
+        """Refused: this backend does not compute decoded tokens, so its live state after
+        decode is not real (``SimConfig`` refuses ``cache_generated`` with it)."""
+        raise InvalidConfigError(
+            "the real-tensor backend does not compute decoded tokens: it cannot capture "
+            "the state after a request's answer (cache_generated runs on 'shadow')"
+        )
 
     def release(self, request_id: str, batch_slot: int) -> None:
         self._requests.pop(request_id, None)

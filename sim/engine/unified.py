@@ -1,0 +1,188 @@
+"""One memory budget for cached KV blocks and checkpoint slots (``memory = "unified"``).
+
+vLLM's hybrid KV-cache allocator keeps every layer group's cache in one pool of
+equal-sized pages: a Mamba state occupies pages of the same pool as attention blocks,
+and a freed page of either kind waits in one free queue until it is reused. Marconi's
+cache likewise holds KV tokens and SSM states under one byte capacity. This module
+models that on top of :class:`~sim.engine.kv_pool.KVPool`:
+
+- the budget is ``num_blocks`` pages of ``B * kv`` bytes; a checkpoint slot occupies
+  ``slot_pages = ceil(slot bytes / page bytes)`` of them while it is reserved or
+  published (:attr:`SharedKVPool.withheld` counts them), so KV blocks and checkpoints
+  trade pages one for the other;
+- a page for either kind comes from the truly free pages first; when there are none,
+  the **least recently used** of the two candidates is freed: the cached KV block at
+  the head of the LRU free queue, or the least recently used evictable checkpoint (the
+  index's eviction policy then picks *which* checkpoint goes, so ``lru`` frees exactly
+  that one). Recency decides the side because both engines order reuse by it: vLLM's
+  one free queue, Marconi's recency term;
+- :meth:`SharedKVPool.free_count` includes the pages evictable checkpoints would give
+  back, so the scheduler preempts only when neither side can give a page.
+
+The engine tells the pool about checkpoint uses through a :class:`CheckpointLedger`
+(publication, hits, pins); the clock is one counter of uses shared by both sides.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+
+from reference.errors import InvalidConfigError
+from sim.engine.kv_pool import KVPool
+
+
+class CheckpointLedger:
+    """Published checkpoints by last use, with their pins: what memory can be reclaimed.
+
+    Attributes:
+        last_use: published slot -> tick of its last use (oldest first).
+        pins: slot -> restores in flight.
+    """
+
+    def __init__(self) -> None:
+        self.last_use: OrderedDict[int, int] = OrderedDict()
+        self.pins: Counter[int] = Counter()
+        self._pinned_published = 0
+
+    def published(self, slot: int, tick: int) -> None:
+        self.last_use[slot] = tick
+        if self.pins[slot]:
+            self._pinned_published += 1
+
+    def touch(self, slot: int, tick: int) -> None:
+        if slot in self.last_use:
+            self.last_use[slot] = tick
+            self.last_use.move_to_end(slot)
+
+    def dropped(self, slot: int) -> None:
+        if self.last_use.pop(slot, None) is not None and self.pins[slot]:
+            self._pinned_published -= 1
+
+    def pin(self, slot: int) -> None:
+        self.pins[slot] += 1
+        if self.pins[slot] == 1 and slot in self.last_use:
+            self._pinned_published += 1
+
+    def unpin(self, slot: int) -> None:
+        if self.pins[slot] <= 0:
+            return
+        self.pins[slot] -= 1
+        if self.pins[slot] == 0:
+            del self.pins[slot]
+            if slot in self.last_use:
+                self._pinned_published -= 1
+
+    def evictable(self) -> int:
+        """Published checkpoints no restore is reading."""
+        return len(self.last_use) - self._pinned_published
+
+    def oldest_evictable_tick(self) -> int | None:
+        """The last use of the least recently used evictable checkpoint, or ``None``."""
+        for slot, tick in self.last_use.items():
+            if not self.pins[slot]:
+                return tick
+        return None
+
+
+class SharedKVPool(KVPool):
+    """A :class:`KVPool` whose pages also back checkpoint slots (one memory budget).
+
+    Args:
+        num_blocks: pages in the budget.
+        block_size: tokens per page ``B``.
+        slot_pages: pages one checkpoint slot occupies (``>= 1``).
+        evict_checkpoint: frees the memory of one evictable checkpoint (the index's
+            policy picks it); returns whether one was freed.
+    """
+
+    __slots__ = ("_evict_checkpoint", "_freed_at", "clock", "ledger", "slot_pages", "withheld")
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        slot_pages: int,
+        evict_checkpoint: Callable[[], bool],
+    ) -> None:
+        super().__init__(num_blocks, block_size)
+        if isinstance(slot_pages, bool) or not isinstance(slot_pages, int) or slot_pages < 1:
+            raise InvalidConfigError(f"slot_pages must be an int >= 1, got {slot_pages!r}")
+        self.slot_pages = slot_pages
+        self.withheld = 0  # pages backing reserved or published checkpoint slots
+        self.ledger = CheckpointLedger()
+        self.clock = 0
+        self._freed_at: dict[int, int] = {}  # cached free block -> tick it was freed
+        self._evict_checkpoint = evict_checkpoint
+
+    def tick(self) -> int:
+        """Advance and return the use clock shared by blocks and checkpoints."""
+        self.clock += 1
+        return self.clock
+
+    # --- pages -------------------------------------------------------------------------
+
+    def fresh_count(self) -> int:
+        """Pages neither held, cached nor backing a checkpoint."""
+        return len(self._unregistered_free) - self.withheld
+
+    def free_count(self) -> int:
+        """Pages an allocation can get: fresh, cached, and those evictable checkpoints
+        would give back."""
+        reclaimable = self.ledger.evictable() * self.slot_pages
+        return len(self._cached_free) + self.fresh_count() + reclaimable
+
+    def make_fresh(self, pages: int) -> bool:
+        """Free pages, least recently used side first, until ``pages`` are fresh;
+        whether it succeeded (what was freed stays freed)."""
+        cached = self._cached_free
+        while self.fresh_count() < pages:
+            block_tick = self._freed_at[next(iter(cached))] if cached else None
+            checkpoint_tick = self.ledger.oldest_evictable_tick()
+            if checkpoint_tick is not None and (block_tick is None or checkpoint_tick < block_tick):
+                if not self._evict_checkpoint():
+                    return False
+            elif block_tick is not None:
+                self._evict_cached_block()
+            else:
+                return False
+        return True
+
+    def _evict_cached_block(self) -> None:
+        block, _ = self._cached_free.popitem(last=False)
+        del self._freed_at[block]
+        digest = self._digest[block]
+        assert digest is not None
+        del self._by_digest[digest]
+        self._digest[block] = None
+        self._unregistered_free.append(block)
+        self.evictions["lru"] += 1
+
+    def allocate(self, count: int) -> list[int] | None:
+        if count > self.free_count() or not self.make_fresh(count):
+            return None
+        return super().allocate(count)  # takes fresh pages only: there are enough
+
+    def _take(self, shared: list[int]) -> None:
+        for block in shared:
+            if self._ref[block] == 0:
+                self._freed_at.pop(block, None)
+        super()._take(shared)
+
+    def release(self, blocks: Sequence[int]) -> None:
+        before = len(self._cached_free)
+        super().release(blocks)
+        added = len(self._cached_free) - before
+        if added:
+            tick = self.tick()
+            freed_at, newest = self._freed_at, reversed(self._cached_free)
+            for _ in range(added):
+                freed_at[next(newest)] = tick
+
+    def check(self) -> list[str]:
+        problems = super().check()
+        if set(self._freed_at) != set(self._cached_free):
+            problems.append("the freed-at ticks do not match the cached free queue")
+        if not 0 <= self.withheld <= len(self._unregistered_free):
+            problems.append(f"{self.withheld} pages withheld, {len(self._unregistered_free)} free")
+        return problems
