@@ -14,9 +14,15 @@ Policies (scenario-file names):
   covers and size = its bytes: priority ``H = L + tokens / bytes``; evict the lowest
   ``H``, then inflate ``L`` to it; a hit re-prices the entry at the current ``L``. Short,
   bulky checkpoints go first; old ones age out as ``L`` rises.
-- ``flop-aware``: Marconi-style utility ``recency + alpha * flops_saved / bytes``, both
-  terms min-max normalised over the evictable entries at eviction time; evict the lowest
-  utility. ``alpha = 0`` is LRU. Cost per eviction is O(entries), as in Marconi.
+- ``flop-aware``: hyckpt's own linear utility ``recency + alpha * flops_saved / bytes``,
+  recency being the time of last use, both terms min-max normalised over the evictable
+  entries at eviction time; evict the lowest utility. ``alpha = 0`` is LRU. Cost per
+  eviction is O(entries).
+- ``marconi``: the policy of Marconi (Pan et al., MLSys'25; ruipeterpan/marconi
+  ``radix_cache_hybrid.py``, ``evict_v2``), on the prefix tree of the published entries
+  (:mod:`reference.prefix_forest`): among entries with at most one child, evict the lowest
+  ``norm(1 / (now - last_use)) + alpha * norm((flops_saved - parent's flops_saved) /
+  bytes)``. ``alpha`` is tuned by the simulator (:mod:`sim.engine.alpha_tuning`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 
 from reference.api import EntryCost, EvictionPolicy
 from reference.errors import InvalidConfigError, UnknownPolicyError
+from reference.prefix_forest import PrefixForest
 
 
 class LruPolicy:
@@ -153,7 +160,8 @@ class SizeAwarePolicy:
 
 @dataclass
 class FlopAwarePolicy:
-    """Marconi-style: evict the lowest ``norm(recency) + alpha * norm(flops_saved / bytes)``."""
+    """hyckpt's linear FLOP-aware utility: evict the lowest ``norm(last_use) + alpha *
+    norm(flops_saved / bytes)`` (not Marconi's formula: see :class:`MarconiPolicy`)."""
 
     alpha: float = 1.0
     name: str = field(default="flop-aware", init=False)
@@ -161,12 +169,7 @@ class FlopAwarePolicy:
     _efficiency: dict[int, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float):
-            raise InvalidConfigError(f"flop-aware alpha must be a number, got {self.alpha!r}")
-        if not math.isfinite(self.alpha) or self.alpha < 0:
-            raise InvalidConfigError(
-                f"flop-aware alpha must be a finite number >= 0, got {self.alpha}"
-            )
+        _check_alpha("flop-aware", self.alpha)
 
     def insert(self, slot: int, cost: EntryCost, now: int) -> None:
         # Compute first: a cost that cannot be priced leaves the policy unchanged.
@@ -203,11 +206,148 @@ class FlopAwarePolicy:
         return min(candidates, key=utility)
 
 
+#: Marconi's grid of alphas for the bootstrap tuning (``config_tuner.py``: 0, 0.1, ..., 2.0).
+MARCONI_ALPHA_GRID: tuple[float, ...] = tuple(round(0.1 * step, 1) for step in range(21))
+
+
+def _marconi_normalise(values: list[float]) -> list[float]:
+    """Min-max to ``[0, 1]``; all equal (or one value) gives 1 each, as Marconi's
+    ``utils._normalize`` does."""
+    low, high = min(values), max(values)
+    if len(values) < 2 or low == high:
+        return [1.0] * len(values)
+    return [(value - low) / (high - low) for value in values]
+
+
+def _check_alpha(owner: str, alpha: object) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float):
+        raise InvalidConfigError(f"{owner} alpha must be a number, got {alpha!r}")
+    if not math.isfinite(alpha) or alpha < 0:
+        raise InvalidConfigError(f"{owner} alpha must be a finite number >= 0, got {alpha}")
+    return float(alpha)
+
+
+class MarconiPolicy:
+    """Marconi's eviction (docs/SEMANTICS.md §2.5), over the index's prefix forest.
+
+    Time is the policy's own clock: each publication (``insert``) and each use
+    (``touch``) advances it by one and stamps the entry; an eviction happens at ``now``,
+    one past the latest stamp. (Marconi's logical clock also advances on misses and on
+    evictions, which this protocol does not show a policy; docs/SEMANTICS.md §2.5.)
+
+    At each eviction:
+
+    - candidates: evictable entries with at most one child in the prefix forest (a branch
+      point several prompts share is kept); when no evictable entry qualifies, every
+      evictable entry is a candidate (Marconi has no pins, so it never meets that case);
+    - recency ``1 / (now - last_use)``; FLOP efficiency ``(flops_saved - flops_saved of
+      its parent, 0 for a root) / bytes``: what this entry saves beyond the checkpoint a
+      lookup would fall back to, per byte it frees;
+    - both min-max normalised over the candidates (all equal → 1);
+    - evict the lowest ``recency + alpha * efficiency``; ties: least recently used, then
+      the lowest slot.
+
+    Args:
+        alpha: weight of FLOP efficiency (Marconi's ``eff_weight``; it starts at 0 there).
+        tune: let the simulator tune ``alpha`` by bootstrap replay
+            (:mod:`sim.engine.alpha_tuning`); the policy itself only keeps the setting.
+        bootstrap_multiplier: tuning replays the first ``bootstrap_multiplier × n``
+            requests, ``n`` being those seen before the first eviction (Marconi: 5).
+        alpha_grid: the alphas tuning tries (Marconi: 0, 0.1, ..., 2.0).
+
+    Raises:
+        InvalidConfigError: a parameter of the wrong type or out of range.
+    """
+
+    name = "marconi"
+    uses_prefix_tree = True
+
+    def __init__(
+        self,
+        alpha: float = 0.0,
+        tune: bool = True,
+        bootstrap_multiplier: int = 5,
+        alpha_grid: tuple[float, ...] | list[float] = MARCONI_ALPHA_GRID,
+    ) -> None:
+        self.alpha = _check_alpha("marconi", alpha)
+        if not isinstance(tune, bool):
+            raise InvalidConfigError(f"marconi tune must be true or false, got {tune!r}")
+        if (
+            isinstance(bootstrap_multiplier, bool)
+            or not isinstance(bootstrap_multiplier, int)
+            or bootstrap_multiplier < 1
+        ):
+            raise InvalidConfigError(
+                f"marconi bootstrap_multiplier must be an int >= 1, got {bootstrap_multiplier!r}"
+            )
+        if not isinstance(alpha_grid, list | tuple) or not alpha_grid:
+            raise InvalidConfigError(
+                f"marconi alpha_grid must be a non-empty list of numbers, got {alpha_grid!r}"
+            )
+        self.tune = tune
+        self.bootstrap_multiplier = bootstrap_multiplier
+        self.alpha_grid = tuple(_check_alpha("marconi alpha_grid", a) for a in alpha_grid)
+        self._tree: PrefixForest | None = None
+        self._clock = 0
+        self._last_use: dict[int, int] = {}
+        self._cost: dict[int, EntryCost] = {}
+
+    def attach_tree(self, tree: PrefixForest) -> None:
+        """The index's prefix forest of published entries (called once by the index)."""
+        self._tree = tree
+
+    def insert(self, slot: int, cost: EntryCost, now: int) -> None:
+        self._clock += 1
+        self._last_use[slot] = self._clock
+        self._cost[slot] = cost
+
+    def touch(self, slot: int, now: int) -> None:
+        if slot in self._last_use:
+            self._clock += 1
+            self._last_use[slot] = self._clock
+
+    def remove(self, slot: int) -> None:
+        self._last_use.pop(slot, None)
+        self._cost.pop(slot, None)
+
+    def utilities(self, evictable: Callable[[int], bool]) -> dict[int, float]:
+        """Each candidate's utility (lower is evicted first); empty when none."""
+        tree = self._tree
+        evictable_slots = [slot for slot in self._last_use if evictable(slot)]
+        candidates = [
+            slot
+            for slot in evictable_slots
+            if tree is None or slot not in tree or tree.child_count(slot) <= 1
+        ] or evictable_slots
+        if not candidates:
+            return {}
+        now = self._clock + 1
+        recency = _marconi_normalise([1.0 / (now - self._last_use[slot]) for slot in candidates])
+        efficiency = _marconi_normalise([self._efficiency(slot) for slot in candidates])
+        return {
+            slot: r + self.alpha * e
+            for slot, r, e in zip(candidates, recency, efficiency, strict=True)
+        }
+
+    def _efficiency(self, slot: int) -> float:
+        cost = self._cost[slot]
+        parent = None if self._tree is None or slot not in self._tree else self._tree.parent(slot)
+        base = 0.0 if parent is None else self._cost[parent].flops_saved
+        return (cost.flops_saved - base) / max(cost.bytes, 1)
+
+    def victim(self, evictable: Callable[[int], bool]) -> int | None:
+        utilities = self.utilities(evictable)
+        if not utilities:
+            return None
+        return min(utilities, key=lambda slot: (utilities[slot], self._last_use[slot], slot))
+
+
 POLICIES: dict[str, Callable[..., EvictionPolicy]] = {
     "lru": LruPolicy,
     "fifo": FifoPolicy,
     "size-aware": SizeAwarePolicy,
     "flop-aware": FlopAwarePolicy,
+    "marconi": MarconiPolicy,
 }
 
 

@@ -60,6 +60,7 @@ from reference.errors import (
 )
 from reference.eviction import make_eviction
 from reference.hashing import HashedPrompt
+from reference.prefix_forest import PrefixForest
 
 _owners = itertools.count(1)
 
@@ -77,6 +78,7 @@ class _Entry:
     unit_prefix: _UnitPrefix
     tail: int  # tokens past the last whole hash unit
     pins: int = 0
+    prompt: HashedPrompt | None = None  # kept only for a policy that uses the prefix forest
 
 
 def capacity_for_budget(budget_bytes: int, bytes_per_slot: int | Mapping[str, int]) -> int:
@@ -220,6 +222,12 @@ class ReferenceIndex:
         # Published tails under each unit prefix, with multiplicity: the lookup probe table.
         self._tails: dict[_UnitPrefix, Counter[int]] = {}
         self.evictions: Counter[str] = Counter()
+        # The parent/child relation of published entries, for a policy that asks for it
+        # (Marconi's); other policies pay nothing for it.
+        self._forest: PrefixForest | None = None
+        if getattr(self._policy, "uses_prefix_tree", False):
+            self._forest = PrefixForest()
+            self._policy.attach_tree(self._forest)  # type: ignore[attr-defined]
 
     @classmethod
     def from_budget(
@@ -255,6 +263,12 @@ class ReferenceIndex:
     @property
     def capacity(self) -> int:
         return self._capacity
+
+    @property
+    def prefix_forest(self) -> PrefixForest | None:
+        """The parent/child relation of published entries, kept only for a policy that
+        uses it (``marconi``); read it, do not change it."""
+        return self._forest
 
     @property
     def hash_unit(self) -> int:
@@ -329,6 +343,22 @@ class ReferenceIndex:
                 f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
             )
         hashed = self.hashed(namespace, prompt, extras)
+        entry = self._longest_published(namespace, extras, hashed, minimum, maximum)
+        if entry is None:
+            return None
+        self._policy.touch(entry.slot, self._tick())
+        return LookupHit(entry.key.tokens, entry.slot)
+
+    def _longest_published(
+        self,
+        namespace: str,
+        extras: tuple[str, ...],
+        hashed: HashedPrompt,
+        minimum: int,
+        maximum: int,
+    ) -> _Entry | None:
+        """The published entry with the most tokens in ``(minimum, min(maximum, len))``
+        whose key is a prefix of ``hashed``; nothing is touched."""
         upper = min(maximum, len(hashed))
         unit = self._unit
         for units in range(upper // unit, minimum // unit - 1, -1):
@@ -342,8 +372,7 @@ class ReferenceIndex:
                 key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
                 entry = self._by_key.get(key)
                 if entry is not None and entry.state is SlotState.PUBLISHED:
-                    self._policy.touch(entry.slot, self._tick())
-                    return LookupHit(tokens, entry.slot)
+                    return entry
         return None
 
     # --- reserve / publish / abort ------------------------------------------------------
@@ -403,6 +432,7 @@ class ReferenceIndex:
             reservation=reservation,
             unit_prefix=(namespace, extras, hashed.unit_digest(units)),
             tail=tail,
+            prompt=hashed if self._forest is not None else None,
         )
         self._slots[slot - self._first] = entry
         self._by_key[key] = entry
@@ -433,7 +463,22 @@ class ReferenceIndex:
         entry.state = SlotState.PUBLISHED
         entry.reservation = None
         self._tails.setdefault(entry.unit_prefix, Counter())[entry.tail] += 1
+        if self._forest is not None:
+            self._add_to_forest(entry)
         return True
+
+    def _add_to_forest(self, entry: _Entry) -> None:
+        key, prompt = entry.key, entry.prompt
+        assert self._forest is not None and prompt is not None
+        parent = self._longest_published(key.namespace, key.extras, prompt, 0, key.tokens - 1)
+        self._forest.add(
+            entry.slot,
+            (key.namespace, key.extras),
+            key.tokens,
+            key.digest,
+            prompt,
+            None if parent is None else parent.slot,
+        )
 
     def abort(self, reservation: Reservation) -> None:
         """The write failed: return the slot; the key never becomes visible."""
@@ -524,17 +569,11 @@ class ReferenceIndex:
             SlotStateError: the policy chose a slot that may not be evicted (nothing
                 changed).
         """
-        victim = self._policy.victim(self._evictable)
-        if victim is None:
+        entry = self._evict_victim(reason)
+        if entry is None:
             return None
-        self._check_victim(victim)
-        entry = self._slots[victim - self._first]
-        assert entry is not None
-        del self._by_key[entry.key]
-        self.evictions[reason] += 1
-        self._unpublish(entry)
         self._release(entry)
-        return victim
+        return entry.slot
 
     # --- internals ----------------------------------------------------------------------
 
@@ -575,6 +614,15 @@ class ReferenceIndex:
     def _take_slot(self) -> int | None:
         if self._free:
             return heapq.heappop(self._free)
+        entry = self._evict_victim("capacity")
+        if entry is None:
+            return None
+        self._slots[entry.slot - self._first] = None
+        return entry.slot
+
+    def _evict_victim(self, reason: str) -> _Entry | None:
+        """Take the policy's victim out of lookup (counted under ``reason``); its slot is
+        the caller's to free or reuse. ``None`` when nothing is evictable."""
         victim = self._policy.victim(self._evictable)
         if victim is None:
             return None
@@ -582,10 +630,9 @@ class ReferenceIndex:
         entry = self._slots[victim - self._first]
         assert entry is not None
         del self._by_key[entry.key]
-        self.evictions["capacity"] += 1
+        self.evictions[reason] += 1
         self._unpublish(entry)
-        self._slots[victim - self._first] = None
-        return victim
+        return entry
 
     def _check_victim(self, victim: object) -> None:
         """The policy's choice, checked before anything changes: a policy object is user
@@ -626,6 +673,9 @@ class ReferenceIndex:
             del tails[entry.tail]
             if not tails:
                 del self._tails[entry.unit_prefix]
+        if self._forest is not None:
+            self._forest.remove(entry.slot)
+            entry.prompt = None
         self._policy.remove(entry.slot)
 
     def _retire(self, entry: _Entry) -> None:

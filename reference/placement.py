@@ -6,14 +6,18 @@ after prompt tokens ``[0, p)``. Every count and position here is in **tokens**.
 
 Two families:
 
-* **Target-set policies** (``block-floor``, ``interval``, ``turns``, ``branch``) define a
-  set of positions for the whole prompt, which depends only on the prompt length and the
-  chunk's hints. A chunk ``[start, end)`` captures the targets ``p`` with
-  ``start < p <= end``: a target on a chunk boundary is the live state right after the
-  chunk that ends there, so every chunking of a prompt captures exactly the same set.
-* **vllm-align** reproduces vLLM's align-mode prefill checkpointing: the position is a
+* **Target-set policies** (``block-floor``, ``interval``, ``turns``, ``branch``,
+  ``vllm-retention``) define a set of positions for the whole prompt, which depends only
+  on the prompt length and the chunk's hints. A chunk ``[start, end)`` captures the
+  targets ``p`` with ``start < p <= end``: a target on a chunk boundary is the live state
+  right after the chunk that ends there, so every chunking of a prompt captures exactly
+  the same set.
+* **Chunk-dependent policies** (``vllm-align``, ``chunk-end``): the position is a
+  function of the chunk itself, so a different chunking captures different positions.
+  ``vllm-align`` reproduces vLLM's align-mode prefill checkpointing: the position is a
   function of the chunk end (vLLM's ``seq_len``), and a chunk keeps it only under vLLM's
-  validity rules, which include the strict ``p < end``.
+  validity rules, which include the strict ``p < end``. ``chunk-end`` reproduces
+  SGLang's ``no_buffer`` Mamba radix cache: one state at the end of every chunk.
 
 Build policies by scenario-file name with :func:`make_placement`; :data:`POLICIES` is the
 registry. Bad names raise :class:`~reference.errors.UnknownPolicyError`, bad parameters
@@ -36,10 +40,12 @@ __all__ = [
     "POLICIES",
     "BlockFloor",
     "Branch",
+    "ChunkEnd",
     "Interval",
     "TargetSetPolicy",
     "Turns",
     "VllmAlign",
+    "VllmRetention",
     "batch_offsets",
     "block_floor_position",
     "cdiv",
@@ -258,27 +264,125 @@ class Turns(TargetSetPolicy):
 
 @dataclass(frozen=True)
 class Branch(TargetSetPolicy):
-    """``branch``: at prefix-tree branch points and at the end of input (Marconi-style).
+    """``branch``: at prefix-tree branch points and, optionally, at the end of input.
 
     Attributes:
         hash_unit: hash unit ``h`` in tokens (``> 0``).
+        end_of_input: whether the end of input ``floor(prompt_len/h)*h`` is a target
+            (default ``True``). ``False`` keeps only the branch points, as Marconi's
+            simulator does (ruipeterpan/marconi ``radix_cache_hybrid.py``): it stores a
+            state at the branch-off node and at the end of the whole sequence including
+            the output, never at the end of the input alone (the end of the answer is
+            cached separately, outside prefill placement).
 
-    Each ``chunk.branch_points`` entry ``b`` gives ``floor(b/h)*h``; the end of input gives
-    ``floor(prompt_len/h)*h``. Positions ``<= 0`` or ``> prompt_len`` are dropped.
+    Each ``chunk.branch_points`` entry ``b`` gives ``floor(b/h)*h``. Positions ``<= 0`` or
+    ``> prompt_len`` are dropped.
     """
 
     name = "branch"
 
     hash_unit: int
+    end_of_input: bool = True
 
     def __post_init__(self) -> None:
         _check_hash_unit(self.name, self.hash_unit)
+        _config_bool(self.name, "end_of_input", self.end_of_input)
 
     def targets(self, chunk: PrefillChunk) -> tuple[int, ...]:
         n, h = chunk.prompt_len, self.hash_unit
         candidates = [snap_down(b, h) for b in chunk.branch_points]
-        candidates.append(snap_down(n, h))
+        if self.end_of_input:
+            candidates.append(snap_down(n, h))
         return _keep(candidates, n)
+
+
+@dataclass(frozen=True)
+class VllmRetention(TargetSetPolicy):
+    """``vllm-retention``: the prefill states vLLM's sparse Mamba retention keeps.
+
+    Attributes:
+        hash_unit: cache-hit alignment ``h`` in tokens (``> 0``); every target is snapped
+            down to a multiple of it.
+        retention_interval: segment length in tokens, a multiple of ``h``; ``0`` (the
+            default) means no periodic states.
+
+    Targets for a prompt of ``n`` tokens:
+
+    * ``floor((n - 1)/h)*h``, the replay boundary: a resend of the same prompt is capped
+      at ``n - 1`` tokens (its last token is recomputed for logits);
+    * ``floor(b/h)*h`` for each ``chunk.branch_points`` entry ``b``, the shared-prefix
+      junction (where the full-attention hit went beyond the hybrid hit, seen at lookup);
+    * every multiple of ``retention_interval`` (when ``> 0``).
+
+    Positions ``<= 0`` or ``> n`` are dropped.
+
+    Mirrors vLLM 0.33 with ``CacheConfig.prefix_cache_retention_interval`` (default 0,
+    ``vllm/config/cache.py``): ``MambaManager.reachable_block_mask``
+    (``vllm/v1/core/single_type_kv_cache_manager.py``) keeps only the states at
+    ``reachable_boundaries`` = ``replay_boundaries(num_prompt_tokens)`` =
+    ``(num_prompt_tokens - 1,)`` (``vllm/v1/core/kv_cache_coordinator.py``) plus
+    ``request.shared_prefix_boundary``, each aligned down (``aligned = boundary_tokens //
+    alignment_tokens * alignment_tokens``); a positive interval also keeps one state per
+    interval-sized segment. EAGLE's shifted boundaries (``use_eagle``: the block below the
+    resend and extension boundaries) are not modelled.
+    """
+
+    name = "vllm-retention"
+
+    hash_unit: int
+    retention_interval: int = 0
+
+    def __post_init__(self) -> None:
+        hash_unit = _check_hash_unit(self.name, self.hash_unit)
+        interval = _config_int(self.name, "retention_interval", self.retention_interval, minimum=0)
+        if interval % hash_unit != 0:
+            raise InvalidConfigError(
+                f"placement policy {self.name!r}: parameter 'retention_interval'={interval} "
+                f"must be a multiple of 'hash_unit'={hash_unit} (or 0 for no periodic "
+                "states)"
+            )
+
+    def targets(self, chunk: PrefillChunk) -> tuple[int, ...]:
+        n, h = chunk.prompt_len, self.hash_unit
+        candidates = [snap_down(n - 1, h)]
+        candidates.extend(snap_down(b, h) for b in chunk.branch_points)
+        if self.retention_interval:
+            candidates.extend(range(self.retention_interval, n + 1, self.retention_interval))
+        return _keep(candidates, n)
+
+
+# --- chunk-end -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkEnd:
+    """``chunk-end``: one checkpoint at the end of every prefill chunk (SGLang-style).
+
+    Attributes:
+        hash_unit: hash unit ``h`` in tokens (``> 0``, default 1).
+
+    A chunk ``[start, end)`` captures ``p = floor(end/h)*h`` when ``start < p <= end``,
+    else nothing. Not a target-set policy: the positions depend on the chunking.
+
+    Mirrors SGLang 0.5.23's Mamba radix cache with the ``no_buffer`` strategy (page size
+    1): ``checkpoint_kv_cache`` (``mem_cache/common.py``) calls
+    ``tree_cache.checkpoint(req, up_to=req.extend_end)`` after every prefill chunk,
+    including the last, and ``MambaComponent.prepare_for_caching_req``
+    (``mem_cache/unified_cache/components/mamba.py``) copies the live state into a new
+    slot at exactly that length.
+    """
+
+    name = "chunk-end"
+
+    hash_unit: int = 1
+
+    def __post_init__(self) -> None:
+        _check_hash_unit(self.name, self.hash_unit)
+
+    def positions(self, chunk: PrefillChunk) -> tuple[int, ...]:
+        """``(floor(end/h)*h,)`` (tokens) when it lies in ``(start, end]``, else ``()``."""
+        p = snap_down(chunk.end, self.hash_unit)
+        return (p,) if chunk.start < p <= chunk.end else ()
 
 
 # --- vllm-align ------------------------------------------------------------------------
@@ -478,6 +582,8 @@ POLICIES: dict[str, Callable[..., PlacementPolicy]] = {
     Interval.name: Interval,
     Turns.name: Turns,
     Branch.name: Branch,
+    VllmRetention.name: VllmRetention,
+    ChunkEnd.name: ChunkEnd,
 }
 
 

@@ -8,7 +8,9 @@ run on the implementation under test and on :class:`Model`. After every step:
 - the victim is the one the policy's rule names (SEMANTICS §2.5): ``lru`` the least
   recently published-or-hit entry, ``fifo`` the first published, ``size-aware`` the lowest
   ``H = L + tokens/bytes`` (ties: the entry priced first), ``L`` raised to it and never
-  lowered; for ``flop-aware`` any evictable entry;
+  lowered; ``marconi`` (every entry priced alike: recency decides) the least recently
+  used among the evictable entries with at most one child in the prefix tree (all
+  evictable ones when none qualifies); for ``flop-aware`` any evictable entry;
 - free + used == capacity, and every slot's state and pin count match the model.
 
 Rules of a feature the implementation does not declare are disabled by a precondition
@@ -115,8 +117,21 @@ class Model:
             return min(candidates, key=lambda e: e.used).slot
         if self.eviction == "fifo":
             return min(candidates, key=lambda e: e.published).slot
+        if self.eviction == "marconi":
+            few_children = [e for e in candidates if self.children(e) <= 1] or candidates
+            return min(few_children, key=lambda e: e.used).slot
         cheapest = min(candidates, key=lambda e: (e.price, e.priced))
         return cheapest.slot
+
+    def children(self, entry: ModelEntry) -> int:
+        """Published entries whose longest published proper prefix is ``entry``."""
+        published = [e.prefix for e in self.entries.values() if e.state is SlotState.PUBLISHED]
+
+        def parent(prefix: tuple[int, ...]) -> tuple[int, ...] | None:
+            shorter = [p for p in published if len(p) < len(prefix) and prefix[: len(p)] == p]
+            return max(shorter, key=len, default=None)
+
+        return sum(1 for prefix in published if parent(prefix) == entry.prefix)
 
     def evicted(self, entry: ModelEntry) -> None:
         if self.eviction == "size-aware":
@@ -349,7 +364,7 @@ class IndexMachine(RuleBasedStateMachine):
             )
 
 
-@pytest.mark.parametrize("eviction", ["lru", "fifo", "size-aware", "flop-aware"])
+@pytest.mark.parametrize("eviction", ["lru", "fifo", "size-aware", "flop-aware", "marconi"])
 def test_index_matches_the_dictionary_model(impl: Implementation, eviction: str) -> None:
     require_eviction(impl, eviction)
     machine = type(

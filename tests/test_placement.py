@@ -30,6 +30,8 @@ from tests.conftest import assert_says, require_placement, wording
 
 GENERIC = ("block-floor", "interval", "turns", "branch")
 ALL_POLICIES = ("vllm-align", *GENERIC)
+#: Policies mirroring one engine's retention, tested in tests/test_placement_engines.py.
+ENGINE_POLICIES = ("vllm-retention", "chunk-end")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -545,10 +547,12 @@ VALID_PARAMS: dict[str, dict[str, Any]] = {
     "interval": {"hash_unit": 16, "every": 64},
     "turns": {"hash_unit": 16, "margin": 8},
     "branch": {"hash_unit": 16},
+    "vllm-retention": {"hash_unit": 16},
+    "chunk-end": {},
 }
 
 
-@pytest.mark.parametrize("name", ALL_POLICIES)
+@pytest.mark.parametrize("name", ALL_POLICIES + ENGINE_POLICIES)
 def test_make_placement_satisfies_protocol(impl: Implementation, name: str) -> None:
     require_placement(impl, name)
     policy = impl.make_placement(name, **VALID_PARAMS[name])
@@ -557,7 +561,7 @@ def test_make_placement_satisfies_protocol(impl: Implementation, name: str) -> N
 
 
 def test_reference_registry_and_frozen_dataclasses() -> None:
-    assert set(ref.POLICIES) == set(ALL_POLICIES)
+    assert set(ref.POLICIES) == set(ALL_POLICIES + ENGINE_POLICIES)
     for name, factory in ref.POLICIES.items():
         policy = ref.make_placement(name, **VALID_PARAMS[name])
         assert type(policy) is factory

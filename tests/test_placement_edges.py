@@ -244,7 +244,9 @@ def test_policies_are_hashable_values(name: str) -> None:
         "block-floor": {"block_size": 16},
         "interval": {"hash_unit": 4, "every": 8, "from_start": [8, 12], "from_end": [0]},
         "turns": {"hash_unit": 16, "margin": 8},
-        "branch": {"hash_unit": 16},
+        "branch": {"hash_unit": 16, "end_of_input": False},
+        "vllm-retention": {"hash_unit": 16, "retention_interval": 32},
+        "chunk-end": {"hash_unit": 16},
     }
     params = every_policy[name]
     first, second = ref.make_placement(name, **params), ref.make_placement(name, **params)
