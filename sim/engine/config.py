@@ -219,12 +219,26 @@ class SimConfig:
             (docs/SIMULATION.md section 1). Needs requests that carry their ``answer``;
             the shadow backend only (the real-tensor backends do not compute decoded
             tokens).
+        generated_state: with ``cache_generated``, also capture the recurrent state at
+            the end of the answer (SGLang, Marconi); ``False`` registers the answer's KV
+            blocks only (vLLM 0.33, whose Mamba groups keep no decode-time state).
+        workload_hints: the engine is told the workload's structure (each request's
+            ``branch_points`` and ``turn_starts``, for placement and H5's reservation
+            order); ``False``: it knows only what it sees in the cache (the end of the
+            cached KV blocks at lookup), as a real engine does.
+        checkpoint_share: with ``split`` memory, size both pools from one budget
+            (``cache_budget_bytes``, else the GPU's memory after weights and live state):
+            this share for checkpoint slots, the rest for KV pages (SGLang's
+            ``mamba_full_memory_ratio`` r gives a share of r / (1 + r)); ``None``: the
+            pools are sized by ``kv_blocks`` and ``checkpoint_slots`` /
+            ``checkpoint_budget_bytes``.
         memory: ``split`` (a KV pool and a checkpoint pool of their own sizes) or
             ``unified``: one budget of pages from which both cached KV blocks and
             checkpoint slots are drawn, least recently used side freed first
             (:mod:`sim.engine.unified`; vLLM's hybrid allocator, Marconi).
-        cache_budget_bytes: with ``unified``, the budget in bytes; ``None`` = what the
-            GPU's memory leaves after weights and live recurrent state.
+        cache_budget_bytes: with ``unified`` (or ``split`` with ``checkpoint_share``), the
+            budget in bytes; ``None`` = what the GPU's memory leaves after weights and
+            live recurrent state.
         mode: ``engine`` (the timed SimPy engine) or ``replay``: a cache-only replay of
             the workload in arrival order, one request at a time, through the same
             index, placement, eviction, KV pool and generated-token caching code
@@ -262,6 +276,9 @@ class SimConfig:
     step_overhead_s: float = 0.0005
     copy_launch_s: float = 0.000005
     cache_generated: bool = False
+    generated_state: bool = True
+    workload_hints: bool = True
+    checkpoint_share: float | None = None
     mode: str = "engine"
     memory: str = "split"
     cache_budget_bytes: int | None = None
@@ -347,6 +364,13 @@ class SimConfig:
                 f"{self.backend!r}: the real-tensor backends do not compute decoded tokens, "
                 "so a checkpoint after decode would hold no real state"
             )
+        for flag in ("generated_state", "workload_hints"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidConfigError(
+                    f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
+                )
+        if self.checkpoint_share is not None:
+            self._check_share()
         if not isinstance(self.faults, Faults):
             raise InvalidConfigError("SimConfig.faults must be a Faults instance")
         if self.memory not in MEMORY_MODES:
@@ -355,11 +379,12 @@ class SimConfig:
             )
         if self.cache_budget_bytes is not None:
             _check_int(owner, "cache_budget_bytes", self.cache_budget_bytes, 1, MAX_BUDGET_BYTES)
-            if self.memory != "unified":
+            if self.memory != "unified" and self.checkpoint_share is None:
                 raise InvalidConfigError(
-                    "SimConfig.cache_budget_bytes sizes the unified budget: it needs "
-                    "memory='unified' (split pools are sized by kv_blocks and "
-                    "checkpoint_slots / checkpoint_budget_bytes)"
+                    "SimConfig.cache_budget_bytes is one budget for KV and checkpoints: it "
+                    "needs memory='unified', or memory='split' with checkpoint_share (split "
+                    "pools are otherwise sized by kv_blocks and checkpoint_slots / "
+                    "checkpoint_budget_bytes)"
                 )
         if self.memory == "unified":
             self._check_unified()
@@ -380,11 +405,12 @@ class SimConfig:
         check_finite_params("SimConfig.placement_params", self.placement_params)
         check_finite_params("SimConfig.eviction_params", self.eviction_params)
         self.costs()  # validates the cost parameters
-        if self.checkpoint_slots is None and self.memory == "split":
+        if self.checkpoint_slots is None and self.memory == "split" and not self.checkpoint_share:
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
 
-    def _check_unified(self) -> None:
-        split = [
+    def _pool_sizes_set(self) -> list[str]:
+        """The split pools' own sizes this configuration sets (field names)."""
+        sizes = [
             name
             for name, value in (
                 ("kv_blocks", self.kv_blocks),
@@ -393,7 +419,49 @@ class SimConfig:
             if value is not None
         ]
         if self.checkpoint_budget_bytes != DEFAULT_CHECKPOINT_BUDGET_BYTES:
-            split.append("checkpoint_budget_bytes")
+            sizes.append("checkpoint_budget_bytes")
+        return sizes
+
+    def _check_share(self) -> None:
+        share = self.checkpoint_share
+        if isinstance(share, bool) or not isinstance(share, int | float):
+            raise InvalidConfigError(f"SimConfig.checkpoint_share must be a number, got {share!r}")
+        if not 0 < share < 1:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_share must lie strictly between 0 and 1, got {share}"
+            )
+        if self.memory != "split":
+            raise InvalidConfigError(
+                "SimConfig.checkpoint_share divides a budget between two pools: it needs "
+                "memory='split' (unified memory shares one pool)"
+            )
+        sized = self._pool_sizes_set()
+        if sized:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_share sizes both pools from one budget, so "
+                f"{', '.join(sized)} cannot be set with it"
+            )
+        if self.shared_budget_slots() < 1:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_share={share} of {self.unified_budget_bytes()} bytes "
+                f"does not hold one checkpoint slot ({self.checkpoint_slot_bytes()} bytes)"
+            )
+
+    def shared_budget_slots(self) -> int:
+        """Split memory with ``checkpoint_share``: checkpoint slots of the share."""
+        assert self.checkpoint_share is not None
+        share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
+        return min(MAX_CHECKPOINT_SLOTS, share_bytes // self.checkpoint_slot_bytes())
+
+    def shared_budget_kv_pages(self) -> int:
+        """Split memory with ``checkpoint_share``: KV pages of the rest of the budget."""
+        assert self.checkpoint_share is not None
+        share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
+        rest = self.unified_budget_bytes() - share_bytes
+        return min(MAX_KV_BLOCKS, rest // self.unified_page_bytes())
+
+    def _check_unified(self) -> None:
+        split = self._pool_sizes_set()
         if split:
             raise InvalidConfigError(
                 f"SimConfig.memory='unified' draws KV blocks and checkpoint slots from one "
@@ -476,6 +544,8 @@ class SimConfig:
             return self.checkpoint_slots
         if self.memory == "unified":  # as many as the whole budget would hold
             return min(MAX_CHECKPOINT_SLOTS, self.unified_pages() // self.unified_slot_pages())
+        if self.checkpoint_share is not None:
+            return self.shared_budget_slots()
         return self._budget_slots()
 
     def _budget_slots(self) -> int:
@@ -512,6 +582,9 @@ class SimConfig:
             return self.kv_blocks
         if self.memory == "unified":
             return self.unified_pages()
+        if self.checkpoint_share is not None:
+            minimum = -(-self.token_budget // self.block_size) + 1
+            return max(minimum, self.shared_budget_kv_pages())
         costs = self.costs()
         fixed = self._fixed_memory_bytes()
         free = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION) - sum(fixed.values())
@@ -569,8 +642,13 @@ def default_placement_params(name: str, block_size: int, hash_unit: int) -> dict
 
     ``block-floor(block_size=B)``; ``interval(hash_unit=h, every=max(h, 4096 snapped to
     h))``; ``turns(hash_unit=h)``; ``branch(hash_unit=h)``; ``vllm-align(block_size=B,
-    hash_unit=h, alignment=h)``.
+    hash_unit=h, alignment=h)``; ``vllm-retention(hash_unit=h)``; ``chunk-end(hash_unit=1)``
+    (the exact end of each chunk, as SGLang's page size 1).
     """
+    if name == "chunk-end":
+        return {"hash_unit": 1}
+    if name == "vllm-retention":
+        return {"hash_unit": hash_unit}
     if name == "block-floor":
         return {"block_size": block_size}
     if name == "interval":

@@ -2,72 +2,129 @@
 
 ``[cache] engine = "vllm" | "sglang" | "marconi"`` in a scenario sets, for each key the
 file does not set itself, the value below; a key the file sets wins (an explicit
-override). docs/SIMULATION.md ("Engine presets") cites the engine source each choice
-follows and lists what still differs.
+override). Some values depend on the model (vLLM's block size), so a preset is resolved
+for the run's model. docs/SIMULATION.md ("Engine presets") cites the engine source each
+choice follows and lists what still differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from reference.sizes import ModelSizes, get_model, kv_bytes_per_token, recurrent_breakdown
+
+#: FlashAttention's kernel block alignment on CUDA (``get_supported_kernel_block_sizes``:
+#: ``MultipleOf(16)``), which vLLM's default ``block_size`` 16 equals.
+VLLM_KERNEL_BLOCK_ALIGNMENT = 16
+
+#: SGLang's default ``mamba_full_memory_ratio`` (``arg_groups/fields/schedule.py``): the
+#: Mamba pool gets ``r / (1 + r)`` of the memory left after weights.
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+def vllm_block_size(model: ModelSizes) -> int:
+    """The attention block size (tokens) vLLM 0.33 picks for a hybrid model, and with
+    ``mamba_cache_mode = "align"`` its Mamba block size too.
+
+    ``Platform._align_hybrid_block_size`` (vllm/platforms/interface.py) raises the block
+    size to the smallest multiple ``a · ceil(mamba_page / (a · attn_page_1_token))`` of
+    the kernel alignment ``a`` whose attention page (one layer, ``B`` tokens) holds one
+    layer's Mamba state, then pads the Mamba page to equal it. Mamba2 and Mamba1 layers
+    declare no prefill-checkpoint alignment, so ``a`` stays 16. A model without both
+    recurrent and full-attention layers keeps 16.
+    """
+    recurrent_layers = model.mamba1_layers + model.mamba2_layers + model.gdn_layers
+    if not recurrent_layers or not model.full_attention_layers:
+        return VLLM_KERNEL_BLOCK_ALIGNMENT
+    breakdown = recurrent_breakdown(model)
+    state_per_layer = -(-(breakdown.conv + breakdown.state) // recurrent_layers)
+    kv_per_token_per_layer = kv_bytes_per_token(model) // model.full_attention_layers
+    align = VLLM_KERNEL_BLOCK_ALIGNMENT
+    return align * -(-state_per_layer // (align * kv_per_token_per_layer))
+
+
+def _vllm(model: ModelSizes) -> dict[str, object]:
+    block = vllm_block_size(model)
+    return {
+        "cache.block_size": block,
+        "placement.policy": "vllm-retention",
+        # hash_unit defaults to the run's hash unit, which is the block size unless set.
+        "placement.params": {"retention_interval": 0},
+        "placement.workload_hints": False,
+        "eviction.policy": "lru",
+        "cache.cache_generated": True,
+        "cache.generated_state": False,
+        "cache.memory": "unified" if model.full_attention_layers else "split",
+    }
+
+
+def _sglang(model: ModelSizes) -> dict[str, object]:
+    ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO
+    return {
+        "placement.policy": "chunk-end",
+        "placement.params": {"hash_unit": 1},
+        "placement.workload_hints": False,
+        "eviction.policy": "lru",
+        "cache.cache_generated": True,
+        "cache.generated_state": True,
+        "cache.memory": "split",
+        "cache.checkpoint_share": ratio / (1 + ratio),
+    }
+
+
+def _marconi(model: ModelSizes) -> dict[str, object]:
+    return {
+        "placement.policy": "branch",
+        "placement.params": {"end_of_input": False},
+        "placement.workload_hints": False,
+        "eviction.policy": "marconi",
+        "cache.cache_generated": True,
+        "cache.generated_state": True,
+        "cache.memory": "unified" if model.full_attention_layers else "split",
+    }
 
 
 @dataclass(frozen=True)
 class EnginePreset:
-    """One engine's settings.
+    """One engine's settings, resolved for a model.
 
     Attributes:
         name: the scenario-file name.
-        settings: dotted scenario keys (``"placement.policy"``) and their values.
-        needs_shadow: the preset caches generated tokens, which only the shadow backend
-            can (``cache.cache_generated``).
+        describe: a one-line summary (for docs and ``--help``).
+        build: the dotted scenario keys (``"placement.policy"``) and their values for a
+            model.
     """
 
     name: str
-    settings: Mapping[str, object] = field(default_factory=dict)
+    describe: str
+    build: Callable[[ModelSizes], dict[str, object]]
 
-    @property
-    def needs_shadow(self) -> bool:
-        return bool(self.settings.get("cache.cache_generated"))
+    def settings(self, model: str) -> Mapping[str, object]:
+        """The preset's dotted keys and values for the model named ``model``."""
+        return self.build(get_model(model))
 
 
 PRESETS: dict[str, EnginePreset] = {
     preset.name: preset
     for preset in (
-        # vLLM 0.33: MambaManager with mamba_cache_mode="align" (state cached at the last
-        # hash-aligned position of a chunk), one block pool for every KV-cache group (the
-        # hybrid allocator), LRU free queue, full blocks of decoded tokens cached.
         EnginePreset(
             "vllm",
-            {
-                "placement.policy": "vllm-align",
-                "eviction.policy": "lru",
-                "cache.cache_generated": True,
-                "cache.memory": "unified",
-            },
+            "vLLM 0.33 align mode: Mamba state kept at each prompt's last block boundary "
+            "and at shared-prefix junctions, decoded KV cached, one block pool, LRU",
+            _vllm,
         ),
-        # SGLang 0.5.23: the mamba radix cache keeps a state at the end of what each
-        # prefill chunk and each finished request computed, in a mamba pool of its own
-        # beside the KV pool, evicted least recently used.
         EnginePreset(
             "sglang",
-            {
-                "placement.policy": "block-floor",
-                "eviction.policy": "lru",
-                "cache.cache_generated": True,
-                "cache.memory": "split",
-            },
+            "SGLang 0.5.23 no_buffer: state at the end of every chunk and of every finished "
+            "request, a Mamba pool of its own (ratio 0.9), LRU",
+            _sglang,
         ),
-        # Marconi (MLSys'25): states admitted at branch points seen at lookup and at the
-        # end of each sequence, one byte capacity, FLOP-aware eviction with tuned alpha.
         EnginePreset(
             "marconi",
-            {
-                "placement.policy": "branch",
-                "eviction.policy": "marconi",
-                "cache.cache_generated": True,
-                "cache.memory": "unified",
-            },
+            "Marconi: states at branch-off points and at the end of each sequence, one "
+            "byte capacity, its FLOP-aware eviction with alpha tuned by bootstrap replay",
+            _marconi,
         ),
     )
 }

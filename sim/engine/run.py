@@ -55,6 +55,8 @@ def run_simulation(
     series = dict(metrics.series)
     if config.mode == "replay":
         strip_timing(totals, series)
+    if engine.alpha_tuner is not None:
+        totals["alpha_tuning"] = engine.alpha_tuner.summary()
     return SimResult(
         config=config.to_dict(),
         seed=config.seed,

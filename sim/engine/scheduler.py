@@ -58,6 +58,7 @@ import simpy
 from reference.api import AlreadyCached, EntryCost, PrefillChunk, Reservation
 from reference.errors import HyckptError, InvalidConfigError
 from reference.hashing import HashedPrompt
+from sim.engine.alpha_tuning import AlphaTuner
 from sim.engine.backends.base import Backend, Capture, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
@@ -148,6 +149,7 @@ class Engine:
             **config.eviction_params,
         )
         self.index = ObservedIndex(inner, self.checker)
+        self.alpha_tuner = AlphaTuner.for_run(config, inner)
         self.placement = implementation.make_placement(
             config.placement, **config.placement_arguments()
         )
@@ -661,6 +663,8 @@ class Engine:
             seq.hashed = request.prompt.hashed(self._namespace, self.config.unit)
             seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
         self.checker.request_id = request.request_id
+        if self.alpha_tuner is not None and seq.admissions == 0:
+            self.alpha_tuner.before_lookup(self.metrics.requests_admitted, self._cache_evictions())
         present = self.pool.match(seq.digests)
         hit = reconcile(
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
@@ -695,7 +699,7 @@ class Engine:
             metrics.requests_admitted += 1
             metrics.prompt_tokens += n
         # The hit itself is counted when its restore is issued (_issue_restores).
-        branch = tuple(getattr(request, "branch_points", ()))
+        branch = self._hints(request, "branch_points")
         cached_end = present * block
         if p < cached_end < n and cached_end not in branch:
             branch = (*branch, cached_end)
@@ -720,7 +724,7 @@ class Engine:
             start=start,
             end=end,
             prompt_len=seq.prompt_len,
-            turn_starts=request.turn_starts,
+            turn_starts=self._hints(request, "turn_starts"),
             branch_points=seq.branch_points,
         )
         reservations: list[Reservation] = []
@@ -736,7 +740,7 @@ class Engine:
             # this chunk is reserved, else it takes free memory or is skipped: a chunk's
             # other checkpoints never flush the cache.
             unit = self.config.unit
-            hints = getattr(request, "branch_points", ())
+            hints = self._hints(request, "branch_points")
             shared = {point // unit * unit for point in hints}
             for position in sorted(positions, key=lambda p: (p not in shared, -p)):
                 metrics.captures_planned += 1
@@ -748,6 +752,13 @@ class Engine:
                     reservations.append(outcome)
             reservations.sort(key=_tokens)  # ascending: the order the backend computes them
         plan.prefills[seq] = _Chunk(start, end, reservations)
+
+    def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
+        """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
+        nothing when the engine is not told the workload's structure."""
+        if not self.config.workload_hints:
+            return ()
+        return tuple(getattr(request, name, ()))
 
     def _room_without_eviction(self) -> bool:
         """A checkpoint can be reserved without evicting anything."""
@@ -988,8 +999,19 @@ class Engine:
                 register(blocks[i], digests[i])
             seq.registered = full
 
+    def _cache_evictions(self) -> int:
+        """Entries the cache has evicted to make room: checkpoints, and with unified
+        memory cached KV blocks too (invalidations are not evictions)."""
+        evictions = self.index.evictions
+        count = evictions["capacity"] + evictions["memory"]
+        if self._unified:
+            count += sum(self.pool.evictions.values())
+        return count
+
     def _finish(self, seq: Seq) -> None:
         seq.phase = Phase.DONE
+        if self.alpha_tuner is not None:
+            self.alpha_tuner.on_finish(seq.index, seq.request)
         if self._cache_generated:
             self._cache_answer(seq)
         self.pool.release(seq.blocks)
@@ -1026,8 +1048,8 @@ class Engine:
                 register(blocks[i], digests[i])
             metrics.generated_blocks_registered += full - seq.registered
             seq.registered = full
-        if p <= seq.prompt_len:
-            return  # nothing generated was fed: the prompt's own captures cover it
+        if p <= seq.prompt_len or not self.config.generated_state:
+            return  # nothing generated was fed, or only KV is kept of an answer
         self.checker.request_id = seq.request_id
         metrics.captures_planned += 1
         outcome = self._reserve(hashed, p)

@@ -48,7 +48,7 @@ def golden_summary(result: SimResult) -> dict[str, Any]:
         "requests": dict(t["requests"]),
         "preemptions": t["preemptions"],
         "steps": t["steps"],
-        "sim_time_s": t["sim_time_s"],
+        "sim_time_s": t.get("sim_time_s"),  # absent in a cache-only replay
         "captures": {
             key: captures[key]
             for key in ("planned", "reserved", "already_cached", "no_slot", "aborted", "published")

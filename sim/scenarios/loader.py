@@ -526,28 +526,41 @@ def _assemble(
     given_cache = data.get("cache", {})
     preset_keys = _apply_preset(data, tables, where)
     if cache["memory"] == "unified":
-        for key in ("kv_blocks", "kv_budget_bytes", "checkpoint_slots", "checkpoint_budget_bytes"):
-            if key in given_cache:
-                raise ScenarioError(
-                    where,
-                    f"cache.{key}",
-                    given_cache[key],
-                    "unset with cache.memory = 'unified'"
-                    + (
-                        " (set by cache.engine; set cache.memory = 'split' to override)"
-                        if "cache.memory" in preset_keys
-                        else ""
-                    )
-                    + ": KV blocks and checkpoint slots come out of one budget "
-                    "(cache.cache_budget_bytes)",
-                )
+        _refuse_pool_sizes(
+            given_cache,
+            where,
+            "unset with cache.memory = 'unified'"
+            + (
+                " (set by cache.engine; set cache.memory = 'split' to override)"
+                if "cache.memory" in preset_keys
+                else ""
+            )
+            + ": KV blocks and checkpoint slots come out of one budget "
+            "(cache.cache_budget_bytes)",
+        )
+        if cache["checkpoint_share"] is not None:
+            raise ScenarioError(
+                where,
+                "cache.checkpoint_share",
+                cache["checkpoint_share"],
+                "unset with cache.memory = 'unified' (one pool: nothing to divide)"
+                + (" (set by cache.engine)" if "cache.checkpoint_share" in preset_keys else ""),
+            )
+    elif cache["checkpoint_share"] is not None:
+        _refuse_pool_sizes(
+            given_cache,
+            where,
+            "unset with cache.checkpoint_share"
+            + (" (set by cache.engine)" if "cache.checkpoint_share" in preset_keys else "")
+            + ": both pools are sized from one budget (cache.cache_budget_bytes)",
+        )
     elif cache["cache_budget_bytes"] is not None:
         raise ScenarioError(
             where,
             "cache.cache_budget_bytes",
             cache["cache_budget_bytes"],
-            "unset unless cache.memory = 'unified' (split pools are sized by kv_* and "
-            "checkpoint_*)",
+            "unset unless cache.memory = 'unified' or cache.checkpoint_share is set (split "
+            "pools are otherwise sized by kv_* and checkpoint_*)",
         )
     if engine["mode"] == "replay":
         for dotted in TIMING_ONLY_KEYS:
@@ -665,20 +678,27 @@ def _assemble(
             step_overhead_s=engine["step_overhead_s"],
             copy_launch_s=engine["copy_launch_s"],
             cache_generated=cache["cache_generated"],
+            generated_state=cache["generated_state"],
+            workload_hints=placement["workload_hints"],
+            checkpoint_share=cache["checkpoint_share"],
             mode=engine["mode"],
             memory=cache["memory"],
             cache_budget_bytes=cache["cache_budget_bytes"],
             faults=Faults(**faults_table),
             # Sized below, so that an error can name cache.checkpoint_budget_bytes.
             checkpoint_slots=(cache["checkpoint_slots"] or 1)
-            if cache["memory"] == "split"
+            if cache["memory"] == "split" and cache["checkpoint_share"] is None
             else None,
         )
     except HyckptError as error:
         raise ScenarioError(
             where, "(engine configuration)", MISSING, f"a valid engine ({error})"
         ) from None
-    if cache["checkpoint_slots"] is None and cache["memory"] == "split":
+    if (
+        cache["checkpoint_slots"] is None
+        and cache["memory"] == "split"
+        and cache["checkpoint_share"] is None
+    ):
         per_slot = config.checkpoint_slot_bytes()
         if not 1 <= cache["checkpoint_budget_bytes"] // per_slot <= MAX_CHECKPOINT_SLOTS:
             raise ScenarioError(
@@ -723,6 +743,13 @@ def _assemble(
     )
 
 
+def _refuse_pool_sizes(given_cache: Mapping[str, Any], where: str, expected: str) -> None:
+    """Raise for the first split-pool size the file sets (``cache.kv_blocks`` ...)."""
+    for key in ("kv_blocks", "kv_budget_bytes", "checkpoint_slots", "checkpoint_budget_bytes"):
+        if key in given_cache:
+            raise ScenarioError(where, f"cache.{key}", given_cache[key], expected)
+
+
 def _apply_preset(data: dict[str, Any], tables: dict[str, dict[str, Any]], where: str) -> set[str]:
     """Fill in the ``cache.engine`` preset's settings the file does not set; return the
     dotted keys the preset set.
@@ -735,12 +762,19 @@ def _apply_preset(data: dict[str, Any], tables: dict[str, dict[str, Any]], where
     if name == "none":
         return set()
     applied: set[str] = set()
-    for dotted, value in PRESETS[name].settings.items():
+
+    def given(table: str, key: str) -> bool:
+        values = data.get(table, {})
+        return isinstance(values, dict) and key in values
+
+    for dotted, value in PRESETS[name].settings(tables["model"]["name"]).items():
         table, key = dotted.split(".")
-        given = data.get(table, {})
-        if not (isinstance(given, dict) and key in given):
-            tables[table][key] = value
-            applied.add(dotted)
+        # A policy's parameters go with the policy: a file that picks another policy
+        # does not get the preset's parameters for it.
+        if given(table, key) or (key == "params" and given(table, "policy")):
+            continue
+        tables[table][key] = dict(value) if isinstance(value, dict) else value
+        applied.add(dotted)
     backend = tables["backend"]["name"]
     if (
         "cache.cache_generated" in applied

@@ -300,8 +300,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "engine": Key(
             choice(list(PRESET_NAMES)),
             "none",
-            "engine preset: placement, eviction, cache_generated and memory as that engine "
-            "does (keys the file sets win)",
+            "engine preset: placement, eviction, generated-token caching and memory as that "
+            "engine does (keys the file sets win)",
         ),
         "memory": Key(
             choice(list(MEMORY_MODES)),
@@ -318,10 +318,28 @@ SCHEMA: dict[str, dict[str, Key]] = {
             False,
             "a finished request caches its answer's full KV blocks and its final state",
         ),
+        "generated_state": Key(
+            boolean,
+            True,
+            "with cache_generated: also capture the state at the end of the answer "
+            "(false: its KV blocks only, as vLLM)",
+        ),
+        "checkpoint_share": Key(
+            number(0.0, 1.0, strict=True),
+            None,
+            "memory = split: the share of one budget (cache_budget_bytes) for checkpoints; "
+            "the rest is KV",
+        ),
     },
     "engine": _SIM_ENGINE,
     "placement": {
         "policy": Key(choice(list(PLACEMENT_POLICIES)), "block-floor", "placement policy"),
+        "workload_hints": Key(
+            boolean,
+            True,
+            "placement is told the workload's branch points and turn starts (false: only "
+            "what the cache shows)",
+        ),
     },
     "eviction": {
         "policy": Key(choice(list(EVICTION_POLICIES)), "lru", "eviction policy of the index"),
