@@ -181,9 +181,24 @@ def _run_bench(module_name: str, command: str, what: str, extra: Sequence[str]) 
     raise TypeError(f"{module_name}.main returned {result!r}; it must return an int")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: ``build_parser(only=ALL_COMMANDS)``: every command's options.
+ALL_COMMANDS = "*"
+
+
+def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     """The top-level parser. ``bench index`` / ``bench gpu`` options belong to the
-    benchmark modules and are parsed by :func:`main` only once that command is chosen."""
+    benchmark modules and are parsed by :func:`main` only once that command is chosen.
+
+    Args:
+        only: the command whose options to add (every command is listed either way);
+            ``None`` for none, :data:`ALL_COMMANDS` for all. A command's options may
+            import the simulator (and torch), so :func:`main` builds those of the command
+            it runs only, and ``hyckpt --version`` starts in a fraction of a second.
+    """
+
+    def wants(name: str) -> bool:
+        return only in (ALL_COMMANDS, name)
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Prefix-cache checkpoint semantics for hybrid LLMs: reference, demo and "
@@ -212,8 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_run_demo, command_parser=demo)
 
-    from sim.scenarios import command as scenario_command
-
     run = commands.add_parser(
         "run",
         help="run a scenario file; write its result JSON; check its [expect] table",
@@ -221,7 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
         "reports/<scenario>/runs/results/<scenario>-seed<N>.json (or into --out DIR) and "
         "check its expectations (exit 1 when one fails).",
     )
-    scenario_command.add_run_arguments(run)
+    if wants("run"):
+        from sim.scenarios import command as scenario_command
+
+        scenario_command.add_run_arguments(run)
     run.set_defaults(handler=_run_scenario, command_parser=run)
 
     check = commands.add_parser(
@@ -230,7 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load and validate scenario files; print ok or the errors of each "
         "(exit 1 when any is invalid).",
     )
-    scenario_command.add_check_arguments(check)
+    if wants("check"):
+        from sim.scenarios import command as scenario_command
+
+        scenario_command.add_check_arguments(check)
     check.set_defaults(handler=_run_check, command_parser=check)
 
     sizes = commands.add_parser(
@@ -239,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Per-sequence recurrent bytes, per-token KV bytes and snapshot-slot bytes "
         "of real model families, from their published configurations (docs/SIZES.md).",
     )
-    sizes_cmd.add_arguments(sizes)
+    if wants("sizes"):
+        sizes_cmd.add_arguments(sizes)
     sizes.set_defaults(handler=_run_sizes, command_parser=sizes)
 
     simulate = commands.add_parser(
@@ -248,9 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the SimPy serving-engine simulation (docs/SIMULATION.md) on a "
         "generated workload and print a summary; --json writes the full result.",
     )
-    from sim.engine import command as simulate_command
+    if wants("simulate"):
+        from sim.engine import command as simulate_command
 
-    simulate_command.add_arguments(simulate)
+        simulate_command.add_arguments(simulate)
     simulate.set_defaults(handler=_run_simulate, command_parser=simulate)
 
     replay_run = commands.add_parser(
@@ -261,11 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
         "time in arrival order, with no timing, live-KV pressure or preemption "
         "(docs/SIMULATION.md, 'Cache-only replay'); the options of `hyckpt simulate`.",
     )
-    simulate_command.add_arguments(replay_run, mode="replay")
-    replay_run.set_defaults(handler=_run_simulate, command_parser=replay_run)
+    if wants("replay"):
+        from sim.engine import command as simulate_command
 
-    from sim import crosscheck as crosscheck_command
-    from sim import sweep as sweep_command
+        simulate_command.add_arguments(replay_run, mode="replay")
+    replay_run.set_defaults(handler=_run_simulate, command_parser=replay_run)
 
     sweep = commands.add_parser(
         "sweep",
@@ -275,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
         "figures and summary.md into reports/<scenario>/runs/sweep/ (git-ignored), or into "
         "OUT/<scenario>/ with --out OUT (docs/REPORTS.md).",
     )
-    sweep_command.add_arguments(sweep)
+    if wants("sweep"):
+        from sim import sweep as sweep_command
+
+        sweep_command.add_arguments(sweep)
     sweep.set_defaults(handler=_run_sweep, command_parser=sweep)
 
     report = commands.add_parser(
@@ -292,10 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the scenario on the reference and the gpu backend and compare every "
         "captured slot bit for bit; exit 1 on any difference.",
     )
-    crosscheck_command.add_arguments(crosscheck)
-    crosscheck.set_defaults(handler=_run_crosscheck, command_parser=crosscheck)
+    if wants("crosscheck"):
+        from sim import crosscheck as crosscheck_command
 
-    from reference import protocol_server, vectors, vectors_replay
+        crosscheck_command.add_arguments(crosscheck)
+    crosscheck.set_defaults(handler=_run_crosscheck, command_parser=crosscheck)
 
     vectors_parser = commands.add_parser(
         "vectors",
@@ -303,7 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write placement.json and index.json into --out (default vectors/); "
         "--check compares instead and exits 1 on a difference (docs/PROTOCOL.md).",
     )
-    vectors.add_arguments(vectors_parser)
+    if wants("vectors"):
+        from reference import vectors
+
+        vectors.add_arguments(vectors_parser)
     vectors_parser.set_defaults(handler=_run_vectors, command_parser=vectors_parser)
 
     replay = commands.add_parser(
@@ -313,7 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
         "implementation (--impl) or a server speaking the stdio protocol (--command); print "
         "each mismatch and exit 1 if there is one (docs/PROTOCOL.md).",
     )
-    vectors_replay.add_arguments(replay)
+    if wants("replay-vectors"):
+        from reference import vectors_replay
+
+        vectors_replay.add_arguments(replay)
     replay.set_defaults(handler=_run_replay_vectors, command_parser=replay)
 
     serve = commands.add_parser(
@@ -322,7 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answer protocol requests on stdin with responses on stdout until stdin "
         "ends (docs/PROTOCOL.md); serves the reference unless --impl names another.",
     )
-    protocol_server.add_arguments(serve)
+    if wants("serve-protocol"):
+        from reference import protocol_server
+
+        protocol_server.add_arguments(serve)
     serve.set_defaults(handler=_run_serve_protocol, command_parser=serve)
 
     bench = commands.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
@@ -370,11 +404,25 @@ def _exit_code(exit_: SystemExit) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``hyckpt`` command line; return its exit code.
 
+    A Ctrl-C at any moment (building the parser imports the simulator, and torch, for
+    some commands) prints one line and returns 130.
+
     Args:
         argv: arguments without the program name; ``None`` means ``sys.argv[1:]``.
     """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    # The first word that is not an option names the command (the top-level options
+    # take no values); only its options are built.
+    command = next((word for word in arguments if not word.startswith("-")), None)
+    parser = build_parser(only=command)
     try:
         args, extra = parser.parse_known_args(arguments)
     except SystemExit as exit_:

@@ -31,6 +31,7 @@ from sim.engine.backends.tensor import TensorBackend, capture_hook
 from sim.engine.command import progress_bar, prompt_lengths, work_warning
 from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
+from sim.progress import add_progress_arguments, show_progress
 from sim.sweep import load_scenario_ref, scenarios
 
 #: The two backends compared.
@@ -191,9 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyckpt crosscheck``."""
     parser.add_argument("scenario", help="scenario name or TOML file (keep it small)")
     parser.add_argument("--seed", type=int, help="seed (default: the scenario's)")
-    parser.add_argument(
-        "--quiet", action="store_true", help="no progress bars (warnings still on stderr)"
-    )
+    add_progress_arguments(parser, quiet="no progress bars (warnings still on stderr)")
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -216,7 +215,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     def run(backend: str) -> SimResult:
         config = dataclasses.replace(scenario.sim_config, backend=backend, impl=None)
-        with progress_bar(len(lengths), not args.quiet, f"crosscheck {backend}") as progress:
+        with progress_bar(len(lengths), show_progress(args), f"crosscheck {backend}") as progress:
             result: SimResult = module.run_scenario(
                 dataclasses.replace(scenario, sim_config=config), seed=seed, progress=progress
             )

@@ -8,21 +8,30 @@ A job is plain data (:class:`Job`); a *runner* — a picklable top-level functio
 :meth:`~sim.engine.result.SimResult.to_dict` document. The default runner
 (:func:`run_scenario_job`) loads the scenario with :mod:`sim.scenarios` in the worker. Jobs
 run serially, on a local process pool, or on a Dask ``distributed`` cluster; the
-simulation is deterministic per seed and the files are written by the parent in job
-order, so every executor writes byte-identical files.
+simulation is deterministic per seed and the parent writes each file as its run
+finishes, so every executor writes byte-identical files.
+
+A sweep survives being stopped: each run's result is written when it finishes, and a
+rerun of the same sweep (same scenario file, run values, seeds, runner and git revision:
+the result's ``job_key``) reuses the results already there and runs only the missing
+ones (``--fresh`` runs everything again). Workers ignore Ctrl-C (the parent stops them)
+and exit when the parent is gone, even after a ``kill -9``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import itertools
 import json
 import os
 import re
 import shutil
+import signal
 import sys
-import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -35,8 +44,10 @@ from tqdm import tqdm
 from reference.errors import InvalidConfigError
 from sim.engine.config import MAX_SEED
 from sim.engine.result import finite_json
-from sim.outputs import OutputPathError, check_output_dir
+from sim.outputs import OutputPathError, check_output_dir, write_text_atomic
+from sim.progress import add_progress_arguments, show_progress
 from sim.report import RESULTS_DIR, build_report, check_report_output, git_revision
+from sim.report.build import remove_temporaries
 from sim.report.data import SEED_AXIS, axis_name
 from sim.scenarios.runner import REPORTS_DIR, RUNS_DIR
 
@@ -141,18 +152,12 @@ def scenarios() -> Any:
 
 
 def load_scenario_ref(reference: str, *, check_sweep: bool = True) -> Any:
-    """The scenario ``reference`` names: a TOML file, a file ``SCENARIO_DIR/<name>.toml``,
-    or ``default`` (the embedded default scenario). ``check_sweep=False`` leaves the
-    values of its ``[sweep]`` table unchecked (``load_scenario``)."""
-    module = scenarios()
-    path = Path(reference)
-    if not path.is_file():
-        shipped = Path(module.SCENARIO_DIR) / f"{reference}.toml"
-        if shipped.is_file():
-            path = shipped
-        elif reference == "default":
-            return module.load_default_scenario(check_sweep=check_sweep)
-    return module.load_scenario(path, check_sweep=check_sweep)
+    """The scenario ``reference`` names: a TOML file, ``./scenarios/<name>.toml``, the
+    shipped ``scenarios/<name>.toml``, or ``default`` (the embedded default scenario);
+    an unknown name is an error listing the known ones. ``check_sweep=False`` leaves
+    the values of its ``[sweep]`` table unchecked (``load_scenario``)."""
+    command = importlib.import_module("sim.scenarios.command")
+    return command.resolve(reference, check_sweep=check_sweep)
 
 
 def run_scenario_job(
@@ -175,16 +180,89 @@ def _call(runner: Runner, job: Job) -> dict[str, Any]:
     return runner(job.scenario, dict(job.overrides), job.seed)
 
 
+#: Seconds between a worker's checks that its parent is still alive.
+PARENT_POLL_S = 1.0
+
+
+def _worker_init() -> None:
+    """Set up a pool worker: Ctrl-C is the parent's to handle (the worker would print a
+    traceback of its own), and the worker exits as soon as its parent is gone (a
+    ``kill -9`` or an OOM kill of the parent would otherwise leave it idle forever)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="hyckpt-parent-watch", daemon=True).start()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: queued jobs are dropped and running workers terminated (waiting
+    for them would keep a Ctrl-C waiting for whole runs)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+class _Progress:
+    """Counts finished runs: the tqdm bar (when enabled) and, once the first runs are
+    done, one line estimating the time left (on stderr; unless ``quiet``)."""
+
+    def __init__(self, total: int, parallel: int, bar: bool, quiet: bool) -> None:
+        self.total, self.done = total, 0
+        self._estimate_after = max(1, min(parallel, total))
+        self._started = time.perf_counter()
+        self._quiet = quiet
+        self._bar = (
+            tqdm(total=total, desc="sweep", unit="run", file=sys.stderr, leave=False)
+            if bar and total
+            else None
+        )
+
+    def tick(self) -> None:
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(1)
+        if self.done == self._estimate_after and self.done < self.total and not self._quiet:
+            elapsed = time.perf_counter() - self._started
+            left = elapsed / self.done * (self.total - self.done)
+            line = (
+                f"sweep: {self.done} of {self.total} runs done in {_duration(elapsed)}; "
+                f"about {_duration(left)} left"
+            )
+            if self._bar is not None:
+                tqdm.write(line, file=sys.stderr)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @contextmanager
-def _bar(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
-    if not enabled:
-        yield lambda: None
-        return
-    bar = tqdm(total=total, desc="sweep", unit="run", file=sys.stderr, leave=False)
+def _progress(total: int, parallel: int, bar: bool, quiet: bool) -> Iterator[_Progress]:
+    tracker = _Progress(total, parallel, bar, quiet)
     try:
-        yield lambda: bar.update(1)
+        yield tracker
     finally:
-        bar.close()
+        tracker.close()
 
 
 def run_jobs(
@@ -195,39 +273,56 @@ def run_jobs(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: bool = False,
+    quiet: bool = True,
+    on_result: Callable[[Job, dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with ``runner``; their documents in job order.
 
     The first job that raises stops the sweep: jobs not yet started are cancelled (only
-    those already running finish), and its error is raised.
+    those already running finish), and its error is raised. A Ctrl-C in the parent
+    stops a process pool's workers at once.
 
     Args:
         executor: ``serial``, ``process`` (a local process pool of ``workers``) or ``dask``
             (the cluster at ``scheduler``, or a ``LocalCluster`` of ``workers`` processes).
         progress: a tqdm bar over jobs on stderr.
+        quiet: no line estimating the time left.
+        on_result: called in the parent with each job and its document as it finishes
+            (in completion order), e.g. to write its file at once.
     """
     if executor not in EXECUTORS:
         raise InvalidConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
     check_workers(workers)
     done: dict[int, dict[str, Any]] = {}
-    with _bar(len(jobs), progress) as tick:
+    by_index = {job.index: job for job in jobs}
+    parallel = 1 if executor == "serial" else workers or (os.cpu_count() or 1)
+    with _progress(len(jobs), parallel, progress, quiet) as tracker:
+
+        def finished(index: int, document: dict[str, Any]) -> None:
+            done[index] = document
+            if on_result is not None:
+                on_result(by_index[index], document)
+            tracker.tick()
+
         if executor == "serial":
             for job in jobs:
-                done[job.index] = _call(runner, job)
-                tick()
+                finished(job.index, _call(runner, job))
         elif executor == "process":
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+            try:
                 futures = {pool.submit(_call, runner, job): job.index for job in jobs}
-                try:
-                    for future in as_completed(futures):
-                        done[futures[future]] = future.result()
-                        tick()
-                except BaseException:
-                    # Leaving the pool waits for its jobs: drop the queued ones first.
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
+                for future in as_completed(futures):
+                    finished(futures[future], future.result())
+            except KeyboardInterrupt:
+                _stop_pool(pool)
+                raise
+            except BaseException:
+                # Leaving the pool waits for its jobs: drop the queued ones first.
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
         else:
-            done = _run_dask(jobs, runner, workers, scheduler, tick)
+            _run_dask(jobs, runner, workers, scheduler, finished)
     return [done[job.index] for job in jobs]
 
 
@@ -236,8 +331,8 @@ def _run_dask(
     runner: Runner,
     workers: int | None,
     scheduler: str | None,
-    tick: Callable[[], None],
-) -> dict[int, dict[str, Any]]:
+    finished: Callable[[int, dict[str, Any]], None],
+) -> None:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -245,18 +340,19 @@ def _run_dask(
         raise InvalidConfigError(
             "--executor dask needs dask[distributed] (pip install 'hyckpt[cluster]')"
         ) from error
-    done: dict[int, dict[str, Any]] = {}
     with _dask_client(Client, LocalCluster, workers, scheduler) as client:
         futures = [client.submit(_call, runner, job, pure=False) for job in jobs]
         index = {future.key: job.index for future, job in zip(futures, jobs, strict=True)}
         try:
             for future in dask_completed(futures):  # type: ignore[no-untyped-call]
-                done[index[future.key]] = future.result()
-                tick()
+                finished(index[future.key], future.result())
         except BaseException:
             client.cancel(futures)  # the jobs not yet run do not run
             raise
-    return done
+
+
+#: Seconds ``--scheduler ADDRESS`` waits for the scheduler to answer.
+DASK_CONNECT_TIMEOUT_S = 10
 
 
 @contextmanager
@@ -264,7 +360,15 @@ def _dask_client(
     client_type: Any, cluster_type: Any, workers: int | None, scheduler: str | None
 ) -> Iterator[Any]:
     if scheduler:
-        with client_type(scheduler) as client:
+        try:
+            client = client_type(scheduler, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError) as error:
+            raise InvalidConfigError(
+                f"--scheduler {scheduler}: no Dask scheduler answered within "
+                f"{DASK_CONNECT_TIMEOUT_S} s ({type(error).__name__}: {error}); start one "
+                "(dask scheduler) or drop --scheduler to run a LocalCluster"
+            ) from None
+        with client:
             yield client
         return
     with (
@@ -291,53 +395,71 @@ def check_workers(workers: int | None) -> None:
         raise InvalidConfigError(f"--workers must be an integer >= 1, got {workers!r}")
 
 
-def result_text(document: Mapping[str, Any], scenario: str, job: Job, revision: str) -> str:
-    """The saved file: the result document plus ``scenario``, ``sweep`` and
-    ``git_revision`` (strict JSON: a NaN or infinity is written as ``null``)."""
+def result_text(
+    document: Mapping[str, Any], scenario: str, job: Job, revision: str, key: str | None = None
+) -> str:
+    """The saved file: the result document plus ``scenario``, ``sweep``, ``git_revision``
+    and (when given) ``job_key`` (strict JSON: a NaN or infinity is written as ``null``)."""
     saved = dict(document)
     saved["scenario"] = scenario
     saved["sweep"] = job.sweep
     saved["git_revision"] = revision
+    if key is not None:
+        saved[JOB_KEY] = key
     return finite_json(saved, indent=2) + "\n"
 
 
-def _replace_results(results: Path, texts: Mapping[str, str]) -> None:
-    """Make ``results`` hold exactly ``texts`` (file name -> text): write them into a new
-    folder beside it, then swap the folders, so that a failure at any point leaves the
-    old results as they were (and no half-written folder).
-
-    Raises:
-        OutputPathError: a file or folder cannot be written.
-    """
-    parent = results.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{results.name}.new-", dir=parent))
-    except OSError as error:
-        raise OutputPathError(parent, error.strerror or str(error)) from None
-    old: Path | None = None
-    try:
-        for name, text in texts.items():
-            (staging / name).write_text(text, encoding="utf-8")
-        staging.chmod(0o777 & ~_umask())
-        if results.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{results.name}.old-", dir=parent))
-            results.rename(old / results.name)
-        staging.rename(results)
-    except OSError as error:
-        if old is not None and not results.exists():
-            (old / results.name).rename(results)  # put the old results back
-        shutil.rmtree(staging, ignore_errors=True)
-        raise OutputPathError(results, error.strerror or str(error)) from None
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+#: The field of a saved result that identifies its run, so that a rerun can reuse it.
+JOB_KEY = "job_key"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def scenario_source(reference: str) -> str:
+    """What a job key records of a scenario: the SHA-256 of its file's bytes, or the
+    reference itself when it is not a file (``default``, a name a custom runner knows)."""
+    path = Path(reference)
+    if not path.is_file():
+        return reference
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def job_key(job: Job, runner: Runner, revision: str, source: str | None = None) -> str:
+    """What decides a run's result, hashed: the scenario (``source``, by default
+    :func:`scenario_source` of the job's), the run's values and seed, the runner and the
+    git revision. Uncommitted changes to the code are not seen: rerun with ``--fresh``
+    after editing it."""
+    identity = {
+        "scenario": scenario_source(job.scenario) if source is None else source,
+        "values": [[key, value] for key, value in job.overrides],
+        "seed": job.seed,
+        "runner": f"{getattr(runner, '__module__', '?')}.{getattr(runner, '__qualname__', '?')}",
+        "revision": revision,
+    }
+    text = json.dumps(identity, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _reusable(results: Path, jobs: Sequence[Job], keys: Mapping[int, str]) -> set[int]:
+    """Indices of the jobs whose result file in ``results`` was written by the same run."""
+    reused: set[int] = set()
+    for job in jobs:
+        path = results / job.filename
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # missing, unreadable or cut short: run it again
+        if isinstance(saved, dict) and saved.get(JOB_KEY) == keys[job.index]:
+            reused.add(job.index)
+    return reused
+
+
+def _remove_leftovers(results: Path) -> None:
+    """Temporary files a killed sweep left in ``results`` (a write cut short), and the
+    staging folders of earlier hyckpt versions beside it."""
+    remove_temporaries(results)
+    prefixes = (f".{results.name}.new-", f".{results.name}.old-")
+    for staging in results.parent.glob(f".{results.name}.*-*"):
+        if staging.is_dir() and staging.name.startswith(prefixes):
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def run_sweep(
@@ -352,7 +474,9 @@ def run_sweep(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: bool = False,
+    quiet: bool = True,
     report: bool = True,
+    fresh: bool = False,
     shown: Mapping[str, Sequence[object]] | None = None,
 ) -> Path:
     """Run the sweep, write ``out/<name>/results/*.json`` and, with ``report``, build the
@@ -361,10 +485,13 @@ def run_sweep(
 
     The arguments and the output folder are checked before any job runs (whether each
     run's values are valid is the runner's to say: :func:`main` checks every combination
-    with ``Scenario.check_combinations`` first). The new results replace the folder's old
-    ones only once every run has finished and been written: a sweep that fails leaves the
-    old results (and report) as they were; its first failing run cancels the runs not
-    yet started (:func:`run_jobs`).
+    with ``Scenario.check_combinations` first). Each run's result file is written as the
+    run finishes; a result already in the folder from the same run (its ``job_key``) is
+    reused unless ``fresh``. Once every run is done, the folder's other ``*.json`` (an
+    earlier, different sweep) are removed and the report is rebuilt, so it describes
+    exactly this sweep. A sweep that fails or is interrupted keeps the runs that
+    finished (a rerun completes it) and leaves the old report; its first failing run
+    cancels the runs not yet started (:func:`run_jobs`).
 
     Raises:
         InvalidConfigError: bad axes, seeds, executor or workers.
@@ -381,7 +508,9 @@ def run_sweep(
         workers=workers,
         scheduler=scheduler,
         progress=progress,
+        quiet=quiet,
         report=report,
+        fresh=fresh,
         shown=shown,
     )
 
@@ -398,7 +527,9 @@ def run_sweep_in(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: bool = False,
+    quiet: bool = True,
     report: bool = True,
+    fresh: bool = False,
     shown: Mapping[str, Sequence[object]] | None = None,
 ) -> Path:
     """:func:`run_sweep` writing ``folder/results/*.json`` (and the report in ``folder``);
@@ -412,15 +543,42 @@ def run_sweep_in(
     check_output_dir(results)
     if report:
         check_report_output(folder)  # before the runs, not after them
-    documents = run_jobs(
-        jobs, runner, executor=executor, workers=workers, scheduler=scheduler, progress=progress
-    )
     revision = git_revision()
-    texts = {
-        job.filename: result_text(document, name, job, revision)
-        for job, document in zip(jobs, documents, strict=True)
-    }
-    _replace_results(results, texts)
+    sources = {reference: scenario_source(reference) for reference in {j.scenario for j in jobs}}
+    keys = {job.index: job_key(job, runner, revision, sources[job.scenario]) for job in jobs}
+    _remove_leftovers(results)
+    reused = set() if fresh else _reusable(results, jobs, keys)
+    pending = [job for job in jobs if job.index not in reused]
+    if reused and not quiet:
+        print(
+            f"sweep: {len(reused)} of {len(jobs)} runs already done in {results} (same "
+            f"scenario, values, seed and revision); running the other {len(pending)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def write(job: Job, document: dict[str, Any]) -> None:
+        text = result_text(document, name, job, revision, keys[job.index])
+        write_text_atomic(results / job.filename, text, create_parents=True)
+
+    run_jobs(
+        pending,
+        runner,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+        quiet=quiet,
+        on_result=write,
+    )
+    wanted = {job.filename for job in jobs}
+    results.mkdir(parents=True, exist_ok=True)  # a sweep of reused runs only
+    for stale in results.glob("*.json"):
+        if stale.name not in wanted:
+            try:
+                stale.unlink()
+            except OSError as error:
+                raise OutputPathError(stale, error.strerror or str(error)) from None
     if report:
         build_report(folder)
     return folder
@@ -514,7 +672,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: reports/<scenario>/runs/sweep/, which git ignores; --out reports "
         "replaces the committed baseline in reports/<scenario>/)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every run again, even those whose results are already in the folder",
+    )
+    add_progress_arguments(parser, quiet="no progress bar, no time estimate, no summary")
 
 
 def default_seeds(scenario: Any, axes: Mapping[str, object]) -> list[int] | None:
@@ -564,7 +727,9 @@ def main(args: argparse.Namespace) -> int:
         executor=args.executor,
         workers=args.workers,
         scheduler=args.scheduler,
-        progress=not args.quiet,
+        progress=show_progress(args),
+        quiet=args.quiet,
+        fresh=args.fresh,
         shown=shown or None,
     )
     files = sorted((folder / RESULTS_DIR).glob("*.json"))

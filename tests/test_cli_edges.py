@@ -658,7 +658,7 @@ def test_simulate_stdout_is_the_header_and_the_summary_only(
     on stderr alone. The JSON file is the result and one final newline."""
     path = tmp_path / "r.json"
     argv = [*CHAT, "--requests", "30", "--kv-blocks", "300", "--checkpoint-slots", "4"]
-    assert main([*argv, "--json", str(path)]) == 0
+    assert main([*argv, "--json", str(path), "--progress", "always"]) == 0
     out, err = capsys.readouterr()
     text = path.read_text(encoding="utf-8")
     assert text.endswith("}\n") and not text.endswith("\n\n")
@@ -708,7 +708,7 @@ def test_lockstep_violations_exit_1_after_writing_the_result(
 
     monkeypatch.setattr(simulate_command, "run_simulation", violating)
     path = tmp_path / "r.json"
-    assert main([*CHAT, "--requests", "3", "--json", str(path)]) == 1
+    assert main([*CHAT, "--requests", "3", "--json", str(path), "--progress", "always"]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[5] == "lockstep: VIOLATIONS R1 2, R4 1"
     assert json.loads(path.read_text())["lockstep"]["ok"] is False

@@ -972,7 +972,9 @@ def test_a_typo_of_params_is_suggested(tmp_path: Path) -> None:
     """``params`` counts among a table's known keys, so a near-miss gets a suggestion."""
     error = load_error(tmp_path, MINIMAL + "\n[placement]\nparam = { margin = 4 }\n")
     assert error.key == "placement.param"
-    assert error.expected == "a key of [placement] (policy, workload_hints, params); did you mean 'params'?"
+    assert error.expected == (
+        "a key of [placement] (policy, workload_hints, params); did you mean 'params'?"
+    )
 
 
 def test_lockstep_bounds_both_kept_when_both_given(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ def test_simulate_writes_json_and_a_summary(
     code = main(
         [
             "simulate",
+            "--progress",
+            "always",
             "--workload",
             "chat",
             "--requests",
@@ -337,7 +339,7 @@ def test_the_progress_bar_of_a_trace_counts_its_requests(
     trace = DATA / "mooncake_trace.jsonl"
     lines = sum(1 for line in trace.read_text().splitlines() if line.strip())
     argv = ["simulate", "--trace", str(trace), "--trace-format", "mooncake"]
-    assert main([*argv, "--kv-blocks", "4000"]) == 0
+    assert main([*argv, "--kv-blocks", "4000", "--progress", "always"]) == 0
     out, err = capsys.readouterr()
     assert f"0/{lines}" in err and "/1000" not in err
     assert f", {lines} requests," in out.splitlines()[0]

@@ -275,7 +275,9 @@ def _tree(folder: Path) -> dict[str, bytes]:
     }
 
 
-def test_a_failing_sweep_leaves_the_old_results_and_report(tmp_path: Path) -> None:
+def test_a_failing_sweep_keeps_the_runs_that_finished_and_the_old_report(tmp_path: Path) -> None:
+    """The failing sweep's first run finished and stays (a rerun reuses it); the old
+    results stay too, and the report is not rebuilt from a partial sweep."""
     folder = run_sweep("t", "t", AXES, [0], tmp_path, runner=fake_runner, executor="serial")
     before = _tree(folder)
     assert len(_files(folder)) == 4 and "summary.md" in before
@@ -291,7 +293,10 @@ def test_a_failing_sweep_leaves_the_old_results_and_report(tmp_path: Path) -> No
         )
     with pytest.raises(InvalidConfigError, match="at least one seed"):
         run_sweep("t", "t", AXES, [], tmp_path, runner=fake_runner, executor="serial")
-    assert _tree(folder) == before
+    after = _tree(folder)
+    finished = "results/0000-checkpoint_slots=2-seed=1.json"
+    assert finished in after and finished not in before
+    assert {k: v for k, v in after.items() if k != finished} == before
     assert sorted(p.name for p in folder.iterdir()) == ["figures", "results", "summary.md"]
 
 
@@ -430,9 +435,9 @@ def _one_job_sweep(out: Path) -> Path:
     )
 
 
-def test_results_folder_is_swapped_in_whole_with_the_umask_mode(tmp_path: Path) -> None:
-    """Each sweep leaves only ``results/`` (no staging or old folders, no report when not
-    asked), whose mode follows the umask, not mkdtemp's 0o700."""
+def test_a_sweep_leaves_only_its_results_with_the_umask_mode(tmp_path: Path) -> None:
+    """Each sweep leaves only ``results/`` (no temporary files or folders, no report when
+    not asked), whose mode follows the umask."""
     import os
 
     for _ in range(2):
@@ -443,23 +448,22 @@ def test_results_folder_is_swapped_in_whole_with_the_umask_mode(tmp_path: Path) 
     assert (folder / "results").stat().st_mode & 0o777 == 0o777 & ~mask
 
 
-def test_a_failed_swap_puts_the_old_results_back(
+def test_a_result_that_cannot_be_written_stops_the_sweep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the new results cannot be moved into place the old ones are restored and the
-    staging folder is removed."""
+    """A full disk while a run's result is written: the sweep stops with the path and the
+    reason, the results already there are left as they were, and no temporary file
+    stays behind."""
+    import sim.sweep
     from sim.outputs import OutputPathError
 
     folder = _one_job_sweep(tmp_path)
     before = _tree(folder)
-    real = Path.rename
 
-    def rename(self: Path, target: Any) -> Any:
-        if self.name.startswith(".results.new-"):
-            raise OSError(28, "No space left on device")
-        return real(self, target)
+    def full(path: Any, text: str, **kw: Any) -> Any:
+        raise OutputPathError(Path(path), "No space left on device")
 
-    monkeypatch.setattr(Path, "rename", rename)
+    monkeypatch.setattr(sim.sweep, "write_text_atomic", full)
     with pytest.raises(OutputPathError, match="No space left on device"):
         run_sweep(
             "t",

@@ -31,6 +31,7 @@ from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sources import WORKLOAD_NAMES, build_workload
+from sim.progress import add_progress_arguments, show_progress
 
 DEFAULT_REQUESTS = 5000
 DEFAULT_WORKLOAD = "chat"
@@ -50,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="workload and engine seed (0)")
     parser.add_argument("--prompt-only", action="store_true", help="do not cache generated tokens")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_arguments(parser, quiet="no progress bar")
 
 
 def _run(args: argparse.Namespace, config: SimConfig) -> SimResult:
@@ -60,7 +61,7 @@ def _run(args: argparse.Namespace, config: SimConfig) -> SimResult:
         )
     make_requests, description = build_workload(args.workload, args.requests, args.seed)
     label = f"bench replay ({config.mode})"
-    with progress_bar(args.requests, not args.quiet, label) as progress:
+    with progress_bar(args.requests, show_progress(args), label) as progress:
         return run_simulation(config, make_requests(), workload=description, progress=progress)
 
 

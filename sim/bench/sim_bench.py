@@ -35,6 +35,7 @@ from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sources import WORKLOAD_NAMES, build_workload
 from sim.outputs import OutputPathError, check_output_file
+from sim.progress import add_progress_arguments, show_progress
 
 DEFAULT_REQUESTS = 3000
 DEFAULT_WORKLOAD = "agentic"
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the per-step baseline run (no speed-up ratio, no equality check)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_arguments(parser, quiet="no progress bar")
     parser.add_argument("--profile", metavar="PATH", help="write a cProfile of the run to PATH")
 
 
@@ -64,7 +65,7 @@ def _run(
 ) -> SimResult:
     make_requests, description = build_workload(args.workload, args.requests, args.seed)
     profiler = cProfile.Profile() if profile else None
-    with progress_bar(args.requests, not args.quiet, f"bench sim ({label})") as progress:
+    with progress_bar(args.requests, show_progress(args), f"bench sim ({label})") as progress:
         if profiler is not None:
             profiler.enable()
         result = run_simulation(config, make_requests(), workload=description, progress=progress)

@@ -41,6 +41,7 @@ from sim.engine.sequence import RequestLike
 from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 from sim.outputs import check_output_file, write_text_atomic
+from sim.progress import add_progress_arguments, show_progress
 
 #: ``--checkpoint-gib``'s default (the default checkpoint budget, in GiB).
 DEFAULT_CHECKPOINT_GIB = SimConfig().checkpoint_budget_bytes / GIB
@@ -204,11 +205,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         default=defaults.seed,
         help="seed of the workload and the engine (default: %(default)s)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
     parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar, no summary (warnings and errors still go to stderr)",
+        "--json",
+        metavar="PATH",
+        help="write the result as JSON to PATH ('-': to stdout, the summary then to stderr)",
+    )
+    add_progress_arguments(
+        parser, quiet="no progress bar, no summary (warnings and errors still go to stderr)"
     )
 
 
@@ -569,8 +572,11 @@ def describe_run(
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``hyckpt simulate``; return the exit code."""
     stream = sys.stdout if out is None else out
+    to_stdout = args.json == "-"
+    if to_stdout:  # stdout carries the JSON and nothing else
+        stream, out = sys.stderr, stream
     config = config_from_args(args)
-    if args.json:
+    if args.json and not to_stdout:
         check_output_file(args.json)  # before the run, not after it
     if args.trace is not None and not os.path.isfile(args.trace):  # any trace format
         raise InvalidConfigError(f"--trace must be an existing file, got {args.trace!r}")
@@ -590,7 +596,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         # Read the trace (or generate the workload) once up front: a bad trace line is
         # reported before anything runs, the progress bar counts the requests there are,
         # and a real-tensor run that would take hours says so.
-        bar = progress_bar(None, not args.quiet, "reading the workload", delay_s=1.0)
+        bar = progress_bar(None, show_progress(args), "reading the workload", delay_s=1.0)
         with bar as reading:
             lengths = prompt_lengths(make_requests(), reading)
         requests = len(lengths)
@@ -600,9 +606,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     for line in warnings:
         print(line, file=sys.stderr, flush=True)
     label = "replay" if config.mode == "replay" else "simulate"
-    with progress_bar(requests, not args.quiet, label) as progress:
+    with progress_bar(requests, show_progress(args), label) as progress:
         result = run_simulation(config, make_requests(), workload=description, progress=progress)
-    if args.json:
+    if to_stdout:
+        print(result.to_json(), file=out, flush=True)
+    elif args.json:
         write_text_atomic(args.json, result.to_json() + "\n")
     if not args.quiet:
         for line in summary_lines(result):

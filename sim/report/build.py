@@ -327,6 +327,16 @@ def check_report_output(directory: Path) -> None:
     check_output_file(directory / SUMMARY, create_parents=True)
 
 
+def remove_temporaries(*folders: Path) -> None:
+    """Remove the hidden temporary files (``.<name>.<random>.tmp``) that a write killed
+    half-way (``kill -9``, a power cut) left in ``folders``: nothing else cleans them."""
+    for folder in folders:
+        if folder.is_dir():
+            for leftover in folder.glob(".*.tmp"):
+                if leftover.is_file():
+                    leftover.unlink(missing_ok=True)
+
+
 def build_report(directory: Path) -> Path:
     """Rebuild ``directory``'s figures and ``summary.md`` from ``directory/results/*.json``;
     return the summary's path.
@@ -344,5 +354,6 @@ def build_report(directory: Path) -> Path:
 
     rows = load_results(directory / RESULTS_DIR)
     check_report_output(directory)
+    remove_temporaries(directory, directory / FIGURES_DIR)
     figures = draw(rows, directory / FIGURES_DIR)
     return write_text_atomic(directory / SUMMARY, summary(rows, figures))

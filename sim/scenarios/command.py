@@ -18,6 +18,7 @@ from sim.engine.config import MAX_SEED
 from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.outputs import check_output_dir, check_output_file
+from sim.progress import add_progress_arguments, show_progress
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, load_default_scenario, load_scenario
 from sim.scenarios.runner import (
     REPORTS_DIR,
@@ -40,49 +41,79 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyckpt run``."""
     parser.add_argument("scenario", help="a scenario file, or the name of one in scenarios/")
     parser.add_argument("--seed", type=int, help="seed (default: the scenario's scenario.seed)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result JSON to PATH")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the result JSON to PATH ('-': to stdout, the summary then to stderr)",
+    )
     parser.add_argument(
         "--out", metavar="DIR", help="results folder (default: reports/<scenario>/runs/results)"
     )
-    parser.add_argument(
-        "--quiet", action="store_true", help="no progress bar or summary; failures on stderr"
-    )
+    add_progress_arguments(parser, quiet="no progress bar or summary; failures on stderr")
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyckpt check``."""
-    parser.add_argument("paths", nargs="*", help="scenario files (default: scenarios/*.toml)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        help="scenario files or folders of them (default: the shipped scenarios/*.toml)",
+    )
 
 
-def resolve(name_or_path: str) -> Scenario:
-    """Load a scenario given as a file path, the name of a file in ``scenarios/``, or
-    ``default`` (the embedded default scenario).
+#: Where a scenario name is looked up first: ``scenarios/`` under the working directory
+#: (a project's own scenarios), then the shipped :data:`SCENARIO_DIR`.
+LOCAL_SCENARIO_DIR = Path("scenarios")
+
+
+def locate(name_or_path: str) -> Path | None:
+    """The file a scenario argument names: the path itself when it is a file, else
+    ``./scenarios/<name>.toml``, else the shipped ``scenarios/<name>.toml``; ``None``
+    when none exists."""
+    for candidate in (
+        Path(name_or_path),
+        LOCAL_SCENARIO_DIR / f"{name_or_path}.toml",
+        SCENARIO_DIR / f"{name_or_path}.toml",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve(name_or_path: str, *, check_sweep: bool = True) -> Scenario:
+    """Load a scenario given as a file path, the name of a file in ``./scenarios/`` or the
+    shipped ``scenarios/`` (in that order), or ``default`` (the embedded default
+    scenario); ``check_sweep`` as for :func:`~sim.scenarios.loader.load_scenario`.
 
     Raises:
-        ScenarioError: no such file or scenario (with a near-miss suggestion), or invalid.
+        ScenarioError: no such file or scenario (saying where it looked, with the known
+            names and a near-miss suggestion), or an invalid one.
     """
-    path = Path(name_or_path)
-    if path.is_file():
-        return load_scenario(path)
-    shipped = SCENARIO_DIR / f"{name_or_path}.toml"
-    if shipped.is_file():
-        return load_scenario(shipped)
+    path = locate(name_or_path)
+    if path is not None:
+        return load_scenario(path, check_sweep=check_sweep)
     if name_or_path == "default":
-        return load_default_scenario()
-    known = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+        return load_default_scenario(check_sweep=check_sweep)
+    known = sorted(
+        {p.stem for folder in (LOCAL_SCENARIO_DIR, SCENARIO_DIR) for p in folder.glob("*.toml")}
+        | {"default"}
+    )
     raise ScenarioError(
         name_or_path,
         "(file)",
         MISSING,
-        f"a scenario file or one of {', '.join(known)}{suggestion(name_or_path, known)}",
+        f"an existing scenario file (looked for {name_or_path!r} as a path, as "
+        f"{LOCAL_SCENARIO_DIR / (name_or_path + '.toml')} and as "
+        f"{SCENARIO_DIR / (name_or_path + '.toml')}), or one of the names "
+        f"{', '.join(known)}{suggestion(name_or_path, known)}",
     )
 
 
-def _simulate(scenario: Scenario, seed: int, quiet: bool) -> SimResult:
+def _simulate(scenario: Scenario, seed: int, bar: bool) -> SimResult:
     # A trace may hold fewer requests than workload.requests (an upper bound there):
     # the bar then counts without a total rather than stop short of one.
     total = None if scenario.workload.trace is not None else scenario.workload.requests
-    with progress_bar(total, not quiet, scenario.name) as progress:
+    with progress_bar(total, bar, scenario.name) as progress:
         return run_scenario(scenario, seed=seed, progress=progress)
 
 
@@ -98,21 +129,26 @@ def _verdict(scenario: Scenario, result: SimResult, quiet: bool, out: TextIO) ->
 def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``hyckpt run``: one scenario, one seed; exit 1 when an expectation fails."""
     stream = sys.stdout if out is None else out
+    to_stdout = args.json == "-"
+    if to_stdout:  # stdout carries the JSON and nothing else
+        stream, out = sys.stderr, stream
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise InvalidConfigError(
             f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
         )
     if args.out is not None:
         check_output_dir(args.out)
-    if args.json:
+    if args.json and not to_stdout:
         check_output_file(args.json, create_parents=True)
     scenario = resolve(args.scenario)
     seed = scenario.seed if args.seed is None else args.seed
     target = result_path(scenario, seed, None if args.out is None else Path(args.out))
     check_output_file(target, create_parents=True)  # before a long run, not after it
-    result = _simulate(scenario, seed, args.quiet)
+    result = _simulate(scenario, seed, show_progress(args))
     path = write_result(result, target)
-    if args.json:
+    if to_stdout:
+        print(result.to_json(), file=out if out is not None else sys.stdout, flush=True)
+    elif args.json:
         write_result(result, Path(args.json))
     if not args.quiet:
         print(f"scenario {scenario.name}, seed {seed}", file=stream)
@@ -125,12 +161,22 @@ def run_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def check_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """``hyckpt check``: validate files; exit 1 when any is invalid."""
+    """``hyckpt check``: validate files (a folder: its ``*.toml``); exit 1 when any is
+    invalid, 2 when a path given does not exist or a folder holds no scenario file."""
     stream = sys.stdout if out is None else out
-    paths = [Path(p) for p in args.paths] or sorted(SCENARIO_DIR.glob("*.toml"))
-    if not paths:
-        print(f"hyckpt: error: no scenario files in {SCENARIO_DIR}", file=sys.stderr)
-        return 2
+    paths: list[Path] = []
+    for given in [Path(p) for p in args.paths] or [SCENARIO_DIR]:
+        if given.is_dir():
+            found = sorted(given.glob("*.toml"))
+            if not found:
+                print(f"hyckpt: error: no scenario files in {given}", file=sys.stderr)
+                return 2
+            paths += found
+        elif given.exists():
+            paths.append(given)
+        else:
+            print(f"hyckpt: error: {given}: no such file or folder", file=sys.stderr)
+            return 2
     bad = 0
     for path in paths:
         try:
@@ -170,7 +216,7 @@ def default_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     _check_report_output(folder)
     failed = False
     for seed, target in zip(scenario.seeds, targets, strict=True):
-        result = _simulate(scenario, seed, False)
+        result = _simulate(scenario, seed, show_progress(args))
         path = write_result(result, target)
         t = result.totals
         print(
