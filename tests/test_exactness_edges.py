@@ -321,6 +321,42 @@ def broken_by(impl: Implementation, wrapper: type[Delegating]) -> Implementation
     )
 
 
+class AddsIntoDestination(Delegating):
+    """Restores the recurrent axis by adding the checkpoint into the batch slot
+    (``dst += src``) instead of copying it: right only if the slot held zeros."""
+
+    live: LiveState
+
+    def restore_recurrent(self, slot: int, batch: int) -> None:
+        before = {name: tensor[batch].clone() for name, tensor in self.live.recurrent.items()}
+        self.inner.restore_recurrent(slot, batch)
+        for name, tensor in self.live.recurrent.items():
+            tensor[batch].add_(before[name])
+
+
+def adding_restores(impl: Implementation) -> Implementation:
+    """``impl`` whose storages restore the recurrent axis by adding into it."""
+    make = impl.make_storage
+    assert make is not None
+
+    def storage(live: LiveState, *args: Any, **kwargs: Any) -> SnapshotStorage:
+        wrapped = AddsIntoDestination(make(live, *args, **kwargs))
+        wrapped.live = live
+        return cast(SnapshotStorage, wrapped)
+
+    return dataclasses.replace(impl, make_storage=storage)
+
+
+def test_a_restore_that_adds_into_its_destination_is_reported(impl: Implementation) -> None:
+    """The harness fills request B's batch slot with NaN before the restore (reused
+    memory is dirty): a restore that adds the checkpoint to what the slot held, which a
+    zeroed slot would hide, breaks every recurrent tensor."""
+    require_case(impl, PLAIN)
+    found = mismatches(play(adding_restores(impl), PLAIN), PLAIN)
+    assert found, "a restore that adds into a dirty batch slot passed the harness"
+    assert any("recurrent" in line or "logits" in line for line in found), found
+
+
 def test_a_skipped_partial_page_restore_is_reported(impl: Implementation) -> None:
     require_case(impl, PLAIN)
     found = mismatches(play(broken_by(impl, SkipsPartialRestore), PLAIN), PLAIN)
