@@ -516,3 +516,8 @@ class Implementation:
     capabilities: frozenset[str] = frozenset()
     make_storage: Callable[..., SnapshotStorage] | None = None
     make_exporter: Callable[..., PrefillExporter] | None = None
+
+    def __repr__(self) -> str:
+        # A falsifying example or a failure message shows the implementation by name:
+        # the dataclass repr would spell out every factory (15 lines).
+        return f"<implementation {self.name!r}>"

@@ -15,12 +15,16 @@ any test module imports Triton, unless the environment already sets it.
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from reference.api import Implementation
+from reference.errors import ImplementationLoadError
 from reference.loading import default_spec, load_implementation
 from tests import rules_report
 
@@ -39,7 +43,25 @@ settings.register_profile(
     database=None,
     phases=[Phase.explicit, Phase.generate],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+#: For an implementation under test (``--impl`` other than this project's own): failures
+#: found and shrunk in well under a minute. Fewer examples and shorter stateful runs than
+#: the project's own profile (a 50-step failure shrinks far faster than a 200-step one).
+#: Its example database is the implementation's own (:func:`impl_database`).
+IMPL_PROFILE = {
+    "deadline": None,
+    "max_examples": 100,
+    "stateful_step_count": 30,
+    "suppress_health_check": [HealthCheck.too_slow],
+}
+settings.register_profile("impl", **IMPL_PROFILE)  # type: ignore[arg-type]
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "default")
+
+
+def impl_database(spec: str) -> DirectoryBasedExampleDatabase:
+    """The Hypothesis example database of implementation ``spec``: one folder per
+    implementation, so one engine's failures are not replayed into another's run."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec)
+    return DirectoryBasedExampleDatabase(Path(".hypothesis") / "implementations" / safe)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,9 +118,28 @@ def assert_says(message: str, *fragments: str) -> None:
         assert fragment in message, f"{fragment!r} missing from {message!r}"
 
 
+#: The implementation under test, loaded once when the session starts.
+_loaded: dict[str, Implementation] = {}
+#: The Hypothesis profile in use (shown in the report header).
+_profile = {"name": os.environ.get("HYPOTHESIS_PROFILE") or "default"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     rules_report.register(config)
-    _wording["checked"] = checks_wording(config.getoption("--impl") or default_spec())
+    spec = config.getoption("--impl") or default_spec()
+    _wording["checked"] = checks_wording(spec)
+    # Load it now: a factory that cannot be loaded stops the session with one error
+    # naming it, instead of one error per test and a rule report blaming the rules.
+    try:
+        _loaded["impl"] = load_implementation(spec)
+    except ImplementationLoadError as error:
+        raise pytest.UsageError(
+            f"cannot load the implementation under test {spec}: {error}"
+        ) from None
+    if not checks_wording(spec) and not os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.register_profile("impl", database=impl_database(spec), **IMPL_PROFILE)  # type: ignore[arg-type]
+        settings.load_profile("impl")
+        _profile["name"] = "impl"
     # Runs before collection, so before any test module imports Triton (which reads
     # TRITON_INTERPRET when its kernels are defined).
     if config.getoption("--device") == "cpu":
@@ -116,6 +157,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
     return (
         f"hyckpt implementation under test: {spec}; {wording}; "
+        f"Hypothesis profile {_profile['name']}; "
         f"device of the GPU layer's tests: {config.getoption('--device')}"
     )
 
@@ -131,8 +173,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def impl(request: pytest.FixtureRequest) -> Implementation:
-    """The implementation under test."""
-    return load_implementation(request.config.getoption("--impl"))
+    """The implementation under test (loaded by :func:`pytest_configure`)."""
+    return _loaded["impl"]
 
 
 @pytest.fixture(scope="session")

@@ -156,3 +156,36 @@ def test_an_engine_is_held_to_its_error_types_not_the_references_wording(
     failed = run_suite(*MISUSE_TESTS, "--impl", "tests.impls.reworded:implementation")
     assert f"tests/{INDEX_MISUSE}[unpin" in failed  # ids are cut at their first space
     assert any("test_storage.py::test_misuse" in name for name in failed)
+
+
+def test_a_factory_that_cannot_be_loaded_stops_the_session_with_one_error() -> None:
+    result = run_pytest_process("tests/test_index.py", "--impl", "no_such_module_hyckpt:make")
+    output = result.stdout + result.stderr
+    assert result.returncode == 4, output[-2000:]  # pytest's usage error: nothing ran
+    assert output.count("cannot load the implementation under test") == 1
+    assert "no_such_module_hyckpt" in output and "PYTHONPATH" in output
+    assert "passed" not in output and "error" not in output.replace("ERROR: cannot", "")
+
+
+def test_an_implementation_is_shown_by_name() -> None:
+    from reference.loading import load_implementation
+
+    assert repr(load_implementation()) == "<implementation 'reference'>"
+
+
+def test_an_external_implementation_gets_the_impl_profile_and_its_own_database(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import impl_database
+
+    (tmp_path / "outside_adapter.py").write_text(
+        "from reference.impl import implementation\n", encoding="utf-8"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "HYPOTHESIS_PROFILE": ""}
+    result = run_pytest_process(
+        "-v", "tests/test_index_use_rules.py", "--impl", "outside_adapter:implementation", env=env
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "Hypothesis profile impl" in result.stdout
+    one, other = impl_database("a.b:make"), impl_database("c/d:make")
+    assert one.path != other.path and "implementations" in str(one.path)
