@@ -2,6 +2,7 @@
 
 docs/SEMANTICS.md names, under each rule, the tests that check it. With ``--rules`` the
 run ends with one line per rule whose tests ran: ``FAILED`` (and which test failed),
+``touched`` (a failed test cites it but is about another rule),
 ``skipped`` (every test skipped, with a reason such as an undeclared capability),
 ``ok``, or ``ref-only`` when every test of the rule that passed checks the reference
 itself (the tiny model, the simulator, a reference-only function such as
@@ -15,10 +16,13 @@ author reads "R2 FAILED" instead of working back from test names.
 A rule is a bullet that starts with a bold id (``- **ST6. ...**``); tests cited in a
 section outside such bullets belong to the section (``§1.2``).
 
-A parametrized test cited under several rules (a table of misuses, say) marks each case
-with the rules it checks, ``pytest.param(..., marks=rule("ST7", "ST12"))``: a failing
-case then breaks only those rules. A failing case without the mark breaks every rule
-that cites its test.
+A failure is blamed on the rule it is *about* (``FAILED``) and only *touches* the other
+rules citing its test (``touched``, listed apart, with the rule it is about): one bug
+used to read as five broken rules. A parametrized test cited under several rules (a
+table of misuses, say) marks each case with the rules it checks,
+``pytest.param(..., marks=rule("ST7", "ST12"))`` (or the whole test with
+``@rule(...)``): a failing case is about those rules. An unmarked failure is about the
+most specific rule citing its test: the one citing the fewest tests.
 """
 
 from __future__ import annotations
@@ -114,16 +118,51 @@ class RulesReport:
         elif report.when == "call":
             self.outcomes[test].add("passed")
 
+    def about(self, test: str) -> set[str]:
+        """The rules a failed ``test`` is *about*: the ``rule`` marks of its failed cases,
+        and for an unmarked case the most specific rule citing it (the one citing the
+        fewest tests; the first in the document among equals). The other rules citing it
+        are only touched by the failure."""
+        cases = self.failed_cases[test]
+        about: set[str] = set()
+        for case in cases:
+            about |= self.case_rules.get(case, frozenset())
+        if any(case not in self.case_rules for case in cases):
+            citing = [rule for rule in self.rules.values() if _cites(rule, test)]
+            if citing:
+                about.add(min(citing, key=lambda rule: len(rule.tests)).id)
+        return about
+
+    def touched(self, rule: Rule) -> list[tuple[str, list[str]]]:
+        """``(test, the rules it is about)`` for the failed tests citing ``rule`` that are
+        not about it."""
+        return [
+            (test, sorted(self.about(test)))
+            for test in self.outcomes
+            if "failed" in self.outcomes[test]
+            and _cites(rule, test)
+            and rule.id not in self.about(test)
+        ]
+
     def verdicts(self) -> list[tuple[Rule, str, list[str]]]:
-        """``(rule, verdict, failed tests)`` for every rule at least one of whose tests ran."""
+        """``(rule, verdict, failed tests)`` for every rule at least one of whose tests ran:
+        ``FAILED`` when a failed test is about the rule, ``touched`` when failed tests
+        only touch it (they are about another rule), else ``skipped``, ``ok`` or
+        ``ref-only``."""
         found = []
         for rule in self.rules.values():
             ran = [test for test in self.outcomes if _cites(rule, test)]
             if not ran:
                 continue
-            failed = [test for test in ran if self._breaks(test, rule)]
+            failed = [
+                test
+                for test in ran
+                if "failed" in self.outcomes[test] and rule.id in self.about(test)
+            ]
             if failed:
                 verdict = "FAILED"
+            elif self.touched(rule):
+                verdict = "touched"
             elif all(self.outcomes[test] == {"skipped"} for test in ran):
                 verdict = "skipped"
             elif any("passed" in self.outcomes[test] and test in self.through_impl for test in ran):
@@ -144,13 +183,6 @@ class RulesReport:
             for case in cases
         ]
 
-    def _breaks(self, test: str, rule: Rule) -> bool:
-        """Whether a failed case of ``test`` checks ``rule`` (unmarked cases check all)."""
-        return any(
-            rule.id in self.case_rules.get(case, frozenset({rule.id}))
-            for case in self.failed_cases[test]
-        )
-
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         verdicts = self.verdicts()
@@ -165,8 +197,16 @@ class RulesReport:
             terminalreporter.write_line(line, red=bool(failed), green=verdict == "ok")
             for test in failed:
                 terminalreporter.write_line(f"{'':<16}failed: {test}")
+            for test, about in self.touched(rule):
+                terminalreporter.write_line(
+                    f"{'':<16}touched by: {test} (about {', '.join(about)})"
+                )
         broken = sum(1 for _, verdict, _ in verdicts if verdict == "FAILED")
-        terminalreporter.write_line(f"{broken} of {len(verdicts)} rules broken")
+        touched = sum(1 for _, verdict, _ in verdicts if verdict == "touched")
+        terminalreporter.write_line(
+            f"{broken} of {len(verdicts)} rules broken"
+            + (f"; {touched} more touched by failures about other rules" if touched else "")
+        )
         uncited = self.uncited_failures()
         if uncited:
             terminalreporter.write_line(

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from reference.api import Implementation, PrefillChunk
 from reference.buffer_habits import BufferHabits
 from reference.exactness import VOCAB, Case, Corruption, mismatches, missing, model_for, play
+from reference.placement import make_placement
 from reference.state import LiveState
 from tests.conftest import require
 from tests.rules_report import rule
@@ -77,8 +78,15 @@ def cases(draw: st.DrawFn, impl: Implementation, draft: bool) -> tuple[Case, str
     )
     bounds = sorted({0, n_a, *cuts})
     chunks = tuple(itertools.pairwise(bounds))
-    name = draw(st.sampled_from(POLICY_NAMES), label="placement policy")
-    policy = impl.make_placement(name, **policy_params(name, block, unit))
+    # p comes from the implementation's own policies; one that declares none (a storage
+    # without placement) gets p from the reference's, and the draw says so.
+    declared = [name for name in POLICY_NAMES if name in impl.placement_policies]
+    if declared:
+        name = draw(st.sampled_from(declared), label="placement policy")
+        policy = impl.make_placement(name, **policy_params(name, block, unit))
+    else:
+        name = draw(st.sampled_from(POLICY_NAMES), label="placement policy (the reference's)")
+        policy = make_placement(name, **policy_params(name, block, unit))
     hints = {
         "turn_starts": tuple(draw(st.lists(st.integers(0, n_a), max_size=3), label="turns")),
         "branch_points": tuple(draw(st.lists(st.integers(0, n_a), max_size=2), label="branch")),
@@ -124,6 +132,29 @@ def test_restore_then_continue_is_bitwise_equal_to_scratch(
     if impl.make_storage is None:
         pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
     check_property(impl, data, draft=False)
+
+
+def test_an_implementation_without_placement_gets_p_from_the_reference(
+    impl: Implementation,
+) -> None:
+    """The property never builds a placement policy the implementation did not declare:
+    a storage-only implementation gets its positions from the reference's policies."""
+    if impl.make_storage is None:
+        pytest.skip(f"{impl.name} provides no snapshot storage (make_storage)")
+
+    def undeclared(name: str, **params: object) -> object:
+        raise AssertionError(f"the harness built placement policy {name!r}, never declared")
+
+    bare = dataclasses.replace(
+        impl, name="storage-only", placement_policies=frozenset(), make_placement=undeclared
+    )
+
+    @settings(max_examples=10)
+    @given(data=st.data())
+    def property_holds(data: st.DataObject) -> None:
+        check_property(bare, data, draft=False)
+
+    property_holds()
 
 
 @settings(max_examples=80)

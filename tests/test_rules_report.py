@@ -140,9 +140,13 @@ def test_a_failing_case_breaks_only_the_rules_it_is_marked_with() -> None:
             SimpleNamespace(nodeid=nodeid, when="call", failed=failed, skipped=False)  # type: ignore[arg-type]
         )
     verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
-    assert verdicts == {"A1": "ok", "A2": "FAILED"}
-    collected.case_rules = {}  # unmarked: the failure breaks every rule that cites the test
-    assert {verdict for _, verdict, _ in collected.verdicts()} == {"FAILED"}
+    assert verdicts == {"A1": "touched", "A2": "FAILED"}
+    assert collected.touched(collected.rules["A1"]) == [("tests/test_c.py::test_t", ["A2"])]
+    # Unmarked: the failure is about the most specific rule citing it (A2 cites two
+    # tests, A1 three) and only touches the others.
+    collected.case_rules = {}
+    verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
+    assert verdicts == {"A1": "touched", "A2": "FAILED"}
 
 
 def test_the_rule_marks_of_the_misuse_tables_name_rules_that_cite_the_test() -> None:
@@ -213,8 +217,28 @@ def test_a_pin_bug_breaks_the_pin_rules_and_not_the_settlement_rule() -> None:
         timeout=300,
     )
     assert result.returncode == 1, result.stdout[-3000:]
-    verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped) ", result.stdout, re.M))
-    assert verdicts == {"R3": "ok", "P1": "FAILED", "S2": "FAILED"}, result.stdout[-3000:]
+    verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped|touched) ", result.stdout, re.M))
+    assert verdicts == {"R3": "touched", "P1": "FAILED", "S2": "FAILED"}, result.stdout[-3000:]
+    assert "touched by: tests/test_index.py::test_misuse" in result.stdout
+
+
+def test_a_failure_is_blamed_on_the_rule_it_is_about_and_only_touches_the_others() -> None:
+    """A test cited by a broad rule (A1, three tests) and a narrow one (A2, two) fails
+    without case marks: A2 FAILED, A1 touched, and the count says so."""
+    doc = DOC.replace(
+        "`tests/test_a.py::test_two`", "`tests/test_a.py::test_two`, `tests/test_c.py::test_t`"
+    ).replace(
+        "— `tests/test_a.py::test_three`",
+        "— `tests/test_a.py::test_three`, `tests/test_c.py::test_t`",
+    )
+    collected = RulesReport(rules_of(doc))
+    collected.through_impl = {"tests/test_c.py::test_t"}
+    collected.pytest_runtest_logreport(
+        SimpleNamespace(nodeid="tests/test_c.py::test_t", when="call", failed=True, skipped=False)  # type: ignore[arg-type]
+    )
+    assert collected.about("tests/test_c.py::test_t") == {"A2"}
+    verdicts = {rule.id: verdict for rule, verdict, _ in collected.verdicts()}
+    assert verdicts == {"A1": "touched", "A2": "FAILED"}
 
 
 def test_a_rule_whose_implementation_tests_skipped_is_skipped_not_ref_only() -> None:
