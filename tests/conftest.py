@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from reference.api import Implementation
+from reference.api import Implementation, LookupHit
 from reference.errors import ImplementationLoadError
 from reference.loading import default_spec, load_implementation
 from tests import rules_report
@@ -202,3 +202,36 @@ def require_eviction(impl: Implementation, policy: str) -> None:
     """Skip unless ``impl`` provides eviction policy ``policy``."""
     if policy not in impl.eviction_policies:
         pytest.skip(f"{impl.name} has no eviction policy {policy!r}")
+
+
+def _hit_in_words(value: object) -> str:
+    if value is None:
+        return "no hit"
+    tokens, slot = value  # type: ignore[misc]
+    return f"a hit of {tokens} tokens in slot {slot}"
+
+
+def _is_hit_like(value: object) -> bool:
+    if isinstance(value, LookupHit) or value is None:
+        return True
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
+
+
+def pytest_assertrepr_compare(op: str, left: object, right: object) -> list[str] | None:
+    """Lookup results in words: ``assert index.lookup(...) == (32, 1)`` failing reads
+    "lookup gave a hit of 16 tokens in slot 0, expected a hit of 32 tokens in slot 1",
+    with the rule, instead of a bare tuple comparison."""
+    if op not in ("==", "is") or not isinstance(left, LookupHit | type(None)):
+        return None
+    if not _is_hit_like(right) or (left is None and right is None):
+        return None
+    return [
+        f"lookup gave {_hit_in_words(left)}, expected {_hit_in_words(right)}",
+        "a lookup returns the published checkpoint with the most tokens in (minimum, "
+        "maximum] whose prefix is the prompt's (SEMANTICS L1); an evicted, invalidated or "
+        "unpublished one is no hit",
+    ]

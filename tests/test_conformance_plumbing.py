@@ -189,3 +189,19 @@ def test_an_external_implementation_gets_the_impl_profile_and_its_own_database(
     assert "Hypothesis profile impl" in result.stdout
     one, other = impl_database("a.b:make"), impl_database("c/d:make")
     assert one.path != other.path and "implementations" in str(one.path)
+
+
+def test_a_wrong_lookup_result_is_explained_in_words() -> None:
+    from reference.api import LookupHit
+    from tests.conftest import pytest_assertrepr_compare
+
+    lines = pytest_assertrepr_compare("==", LookupHit(16, 0), (32, 1))
+    assert lines is not None
+    assert (
+        lines[0]
+        == "lookup gave a hit of 16 tokens in slot 0, expected a hit of 32 tokens in slot 1"
+    )
+    assert "SEMANTICS L1" in lines[1]
+    assert pytest_assertrepr_compare("is", LookupHit(16, 0), None) is not None
+    assert pytest_assertrepr_compare("==", None, (32, 1))[0].startswith("lookup gave no hit")  # type: ignore[index]
+    assert pytest_assertrepr_compare("==", 3, 4) is None  # other comparisons as pytest shows them

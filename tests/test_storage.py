@@ -250,7 +250,15 @@ def test_slabs_are_zeroed_and_lead_with_the_snapshot_slot(impl: Implementation) 
     assert hidden.shape == (5, HIDDEN_DIM) and hidden.dtype == torch.float64 and not hidden.any()
     assert storage.recurrent_slot_count() == 5 and storage.partial_kv_slot_count() == 2
     assert storage.boundary_hidden_dim() == HIDDEN_DIM and storage.has_draft()
-    assert records(storage) == (((False, False),) * 5, ((None, False),) * 2)
+    recurrent, partial = records(storage)
+    assert recurrent == ((False, False),) * 5, (
+        "a fresh storage must read every recurrent slot as never captured (recurrent axis "
+        f"and boundary row), got (recurrent, boundary) per slot: {recurrent}"
+    )
+    assert partial == ((None, False),) * 2, (
+        "a fresh storage must read every partial-KV slot as never captured (no rows, not "
+        f"paired), got (rows, paired) per slot: {partial}"
+    )
 
 
 @given(
