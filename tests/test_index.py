@@ -761,6 +761,16 @@ MISUSES: dict[str, Misuse] = {
         InvalidRangeError,
         "reversed",
     ),
+    "namespace that is not a string": Misuse(
+        lambda i: lambda: i.lookup(7, PROMPT, 0, 8),  # type: ignore[arg-type]
+        InvalidConfigError,
+        "namespace must be a str",
+    ),
+    "slot state of a float slot": Misuse(
+        lambda i: lambda: i.slot_state(1.0),  # type: ignore[arg-type]
+        SlotOutOfRangeError,
+        "slot must be an int",
+    ),
     "invalidate of a lookup hit": Misuse(
         lambda i: lambda: i.invalidate(LookupHit(32, 1)),  # type: ignore[arg-type]
         InvalidConfigError,

@@ -86,3 +86,15 @@ def test_size_aware_prices_entries_by_their_bytes(impl: Implementation) -> None:
         "prices an entry by tokens per byte"
     )
     assert present(index, PROMPT, 16)
+
+
+def test_the_misuse_table_checks_every_misuse_the_vectors_check() -> None:
+    """The pytest misuse table (run through ``impl``) and the JSON vectors (run through
+    the stdio protocol) must not drift apart: every misuse a vector checks is a case of
+    the table, so an implementation cannot pass one and fail the other."""
+    from reference.vectors_index import MISUSES as VECTOR_MISUSES
+    from tests.test_index import MISUSES as TABLE
+
+    table = {name.lower() for name in TABLE}
+    missing = [name for name, *_ in VECTOR_MISUSES if name.lower() not in table]
+    assert missing == [], f"misuses the vectors check and tests/test_index.py does not: {missing}"
