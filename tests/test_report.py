@@ -936,7 +936,7 @@ def scattered(ax: Any, size: int) -> list[tuple[float, float]]:
     return [
         (float(x), round(float(y), 9))
         for c in ax.collections
-        if c.get_sizes()[0] == size
+        if hasattr(c, "get_sizes") and c.get_sizes()[0] == size  # dots, not error bars
         for x, y in c.get_offsets()
     ]
 
@@ -947,10 +947,10 @@ def test_hit_rate_lines_are_the_mean_over_seeds_in_pool_order() -> None:
     figure = figures.figure_hit_rate_vs_pool(hit_rate_rows())
     assert isinstance(figure, Figure)
     token, request = figure.axes
-    (line,) = token.get_lines()
+    line = token.get_lines()[0]  # the others are the error bars' caps
     assert list(line.get_xdata()) == [4, 16]
     assert list(line.get_ydata()) == pytest.approx([0.3, 1.2])  # mean of .1, .2, .6 (× 4)
-    (line,) = request.get_lines()
+    line = request.get_lines()[0]
     assert list(line.get_ydata()) == pytest.approx([0.25, 1.3])  # seed 2 at 4 has none
     assert sorted(scattered(token, 8)) == [
         (4, 0.1),
@@ -960,6 +960,18 @@ def test_hit_rate_lines_are_the_mean_over_seeds_in_pool_order() -> None:
         (16, 0.8),
         (16, 2.4),
     ]
+
+
+def test_hit_rate_error_bars_are_the_95_percent_interval_over_seeds() -> None:
+    """At 4 slots the token hit rates .1, .2, .6 have mean .3 and sample standard deviation
+    .2646: the bar is .3 ± t(0.975, 2) · .2646 / sqrt(3) = .3 ± 4.303 · .1528 = .3 ± .657."""
+    figure = figures.figure_hit_rate_vs_pool(hit_rate_rows())
+    assert isinstance(figure, Figure)
+    (bars,) = figure.axes[0].containers
+    segments = bars.lines[2][0].get_segments()
+    at_4 = next(segment for segment in segments if segment[0][0] == 4)
+    assert [y for _, y in at_4] == pytest.approx([0.3 - 0.6573, 0.3 + 0.6573], abs=1e-3)
+    assert "95% interval" in figure.axes[0].get_title()
 
 
 def test_hit_rate_rings_only_the_runs_that_do_not_fit() -> None:

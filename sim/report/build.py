@@ -9,7 +9,17 @@ from pathlib import Path
 from sim.engine.config import MEMORY_PARTS
 from sim.engine.costs import GIB
 from sim.outputs import check_output_dir, check_output_file, write_text_atomic
-from sim.report.data import OVERCOMMIT_MARK, ReportError, Row, axis_name, load_results
+from sim.report.data import (
+    OVERCOMMIT_MARK,
+    POOL_AXES,
+    ReportError,
+    Row,
+    axis_name,
+    configurations,
+    load_results,
+    varying_axes,
+)
+from sim.report.stats import mean_interval, shown_interval
 
 #: Where a report folder keeps its result files.
 RESULTS_DIR = "results"
@@ -261,6 +271,97 @@ def _axes(rows: Sequence[Row]) -> dict[str, list[str]]:
     return axes
 
 
+def _pool_key(row: Row) -> tuple[str, float] | None:
+    """The pool size of ``row`` as the report groups by it: the swept pool axes' values
+    when the sweep has some (runs of one swept budget compare, whatever each engine's
+    pools round to), else its cache memory (unified) or checkpoint slots; with a number
+    to sort by."""
+    swept = [(key, value) for key, value in row.sweep.items() if key in POOL_AXES]
+    if swept:
+        shown = ", ".join(f"{axis_name(k)}={_axis_value(k, v)}" for k, v in swept)
+        order = next((float(v) for _, v in swept if isinstance(v, int | float)), 0.0)
+        return shown, order
+    if row.unified and row.cache_bytes is not None:
+        return f"{row.cache_bytes / GIB:.4g} GiB of cache memory", float(row.cache_bytes)
+    if row.pool_slots is not None:
+        return f"{row.pool_slots} slots", float(row.pool_slots)
+    return None
+
+
+def seeds_section(rows: Sequence[Row]) -> list[str]:
+    """``## Across seeds``: each configuration's hit rates, mean ± 95 % interval over its
+    seeds (:mod:`sim.report.stats`); nothing when no configuration has two seeds."""
+    configs = configurations(rows)
+    if not any(len(config.rows) > 1 for config in configs):
+        return []
+    lines = [
+        "## Across seeds",
+        "",
+        "Each configuration's mean over its seeds ± the half-width of the 95% confidence "
+        "interval of that mean (Student's t over the seeds, which are taken as independent "
+        "draws of the workload; docs/REPORTS.md).",
+        "",
+        "| configuration | seeds | token hit rate | request hit rate |",
+        "|---|---:|---:|---:|",
+    ]
+    for config in configs:
+        token = [v for row in config.rows if (v := row.total("token_hit_rate")) is not None]
+        request = [v for row in config.rows if (v := row.total("request_hit_rate")) is not None]
+        lines.append(
+            f"| {config.label} | {len(config.rows)} | {shown_interval(token)} | "
+            f"{shown_interval(request)} |"
+        )
+    return [*lines, ""]
+
+
+def best_policy_section(rows: Sequence[Row]) -> list[str]:
+    """``## Best policy per pool size``: at each pool size, the configuration (policy and
+    the other varying axes) with the highest mean token hit rate, the runner-up, and
+    whether their 95 % intervals are apart; nothing when no pool size has two."""
+    varying = varying_axes(rows)
+    by_pool: dict[str, dict[str, list[float]]] = {}
+    order: dict[str, float] = {}
+    for row in rows:
+        pool, value = _pool_key(row), row.total("token_hit_rate")
+        if pool is None or value is None:
+            continue
+        order[pool[0]] = pool[1]
+        by_pool.setdefault(pool[0], {}).setdefault(row.curve(varying), []).append(value)
+    if not any(len(found) > 1 for found in by_pool.values()):
+        return []
+    lines = [
+        "## Best policy per pool size",
+        "",
+        "Highest mean token hit rate at each pool size (± 95% interval over seeds), the "
+        "runner-up, and whether the two intervals are apart (`no`: the seeds do not tell "
+        "them apart; `n/a`: one seed).",
+        "",
+        "| pool | best | token hit rate | runner-up | token hit rate | apart |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for pool in sorted(by_pool, key=lambda name: order[name]):
+        ranked = sorted(
+            by_pool[pool].items(), key=lambda item: (-mean_interval(item[1])[0], item[0])
+        )
+        if len(ranked) < 2:
+            continue
+        (best, best_values), (second, second_values) = ranked[0], ranked[1]
+        (high, high_half), (low, low_half) = (
+            mean_interval(best_values),
+            mean_interval(second_values),
+        )
+        apart = (
+            "n/a"
+            if high_half is None or low_half is None
+            else ("yes" if high - high_half > low + low_half else "no")
+        )
+        lines.append(
+            f"| {pool} | {best} | {shown_interval(best_values)} | {second} | "
+            f"{shown_interval(second_values)} | {apart} |"
+        )
+    return [*lines, ""]
+
+
 def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     """The text of ``summary.md``."""
     from sim.report.figures import FIGURES
@@ -298,7 +399,8 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
             "- **admitted no request** (every request rejected, e.g. a KV pool too small for "
             "one prompt; hit rates n/a, not drawn): " + ", ".join(admitted_none)
         )
-    lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, "", "## Figures", ""]
+    lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, ""]
+    lines += [*seeds_section(rows), *best_policy_section(rows), "## Figures", ""]
     for stem, (title, _) in FIGURES.items():
         lines.append(f"### {title}")
         lines.append("")

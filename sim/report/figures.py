@@ -33,6 +33,7 @@ from sim.report.data import (
     natural_key,
     varying_axes,
 )
+from sim.report.stats import mean_interval
 
 #: Resolution of every figure (fixed, so the PNG bytes are too).
 DPI = 100
@@ -264,6 +265,17 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
                 marker=style.marker,
                 label=_curve_label(policy, [r for x in xs for r in points[x]]),
             )
+            intervals = [(x, mean_interval(values[x])) for x in xs if len(values[x]) > 1]
+            if intervals:  # the 95% interval of the mean over seeds (sim.report.stats)
+                ax.errorbar(
+                    [x for x, _ in intervals],
+                    [mean for _, (mean, _) in intervals],
+                    yerr=[half or 0.0 for _, (_, half) in intervals],
+                    fmt="none",
+                    ecolor=style.colour,
+                    elinewidth=1.0,
+                    capsize=3,
+                )
             for x in xs:
                 ax.scatter([x] * len(values[x]), values[x], s=8, color=style.colour)
                 drawn += values[x]
@@ -274,7 +286,9 @@ def figure_hit_rate_vs_pool(rows: Sequence[Row]) -> Figure | str:
         ax.set_ylim(0.0, rate_limit(drawn))
         ax.grid(True, alpha=0.3)
     what = "cache memory" if unified else "checkpoint pool size"
-    axes[0].set_title(f"hit rate vs {what} (line: mean over seeds; dots: runs)")
+    seeds = max((len(group) for p in by_policy.values() for group in p.values()), default=1)
+    bars = " ± 95% interval" if seeds > 1 else ""
+    axes[0].set_title(f"hit rate vs {what}\nline: mean over seeds{bars}; dots: runs")
     axes[1].set_xscale("log", base=2)
     if unified:
         _label_cache_memory(axes[1], sorted(sizes))
@@ -309,11 +323,31 @@ def _label_pool_sizes(ax: Axes, sizes: Sequence[int], per_slot: float | None) ->
     ax.set_xlabel(f"checkpoint slots / pool GiB (one slot: {per_slot / 2**20:.1f} MiB)")
 
 
+#: On a log axis, ticks closer than this ratio share one label (the largest's), so that
+#: runs whose pools round a little apart (a split engine's two pools against a unified
+#: budget) do not print overlapping labels.
+TICK_RATIO = 1.15
+
+
+def spaced_ticks(sizes: Sequence[int], ratio: float = TICK_RATIO) -> list[int]:
+    """Of ascending ``sizes``, the ones to label: each cluster closer than ``ratio`` is
+    labelled once, at its largest."""
+    kept: list[int] = []
+    for size in sorted(sizes):
+        if kept and size < kept[-1] * ratio:
+            kept[-1] = size
+        else:
+            kept.append(size)
+    return kept
+
+
 def _label_cache_memory(ax: Axes, sizes: Sequence[int]) -> None:
-    """Ticks at the runs' cache memory (KV pool + checkpoint pool), in GiB."""
-    ax.set_xticks(list(sizes))
+    """Ticks at the runs' cache memory (KV pool + checkpoint pool), in GiB; sizes
+    within :data:`TICK_RATIO` of each other share one tick."""
+    ticks = spaced_ticks(sizes)
+    ax.set_xticks(ticks)
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticklabels([f"{size / GIB:.3g}" for size in sizes])
+    ax.set_xticklabels([f"{size / GIB:.3g}" for size in ticks])
     ax.set_xlabel("cache memory, GiB (unified budget; split: KV pool + checkpoint pool)")
 
 
