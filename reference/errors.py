@@ -38,6 +38,12 @@ class BudgetTooSmallError(HyckptError, ValueError):
     """A byte budget cannot hold even one snapshot slot."""
 
 
+class AllocationTooLargeError(InvalidConfigError):
+    """A size asked for (snapshot slots, an index capacity, a prompt length) needs more
+    memory than its documented limit allows, or than could be allocated; nothing was
+    allocated."""
+
+
 # --- slots and reservations ------------------------------------------------------------
 
 

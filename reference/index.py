@@ -47,6 +47,7 @@ from reference.api import (
     check_count,
 )
 from reference.errors import (
+    AllocationTooLargeError,
     AlreadyAbortedError,
     AlreadyPublishedError,
     BudgetTooSmallError,
@@ -63,6 +64,9 @@ from reference.hashing import HashedPrompt
 from reference.prefix_forest import PrefixForest
 
 _owners = itertools.count(1)
+
+#: Slots an index may have at most: its slot table is a list allocated up front.
+MAX_CAPACITY = 2**24
 
 #: Prefix of a key up to its last whole hash unit: ``(namespace, extras, unit digest)``.
 _UnitPrefix = tuple[str, tuple[str, ...], bytes]
@@ -195,6 +199,11 @@ class ReferenceIndex:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
+        if capacity > MAX_CAPACITY:
+            raise AllocationTooLargeError(
+                f"capacity={capacity} slots exceeds the reference index's limit of "
+                f"{MAX_CAPACITY} (its slot table is allocated up front); use fewer slots"
+            )
         if isinstance(eviction, str):
             self._policy = make_eviction(eviction, **(eviction_params or {}))
         elif isinstance(eviction, EvictionPolicy):

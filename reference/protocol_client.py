@@ -21,7 +21,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import math
 import os
+import select
 import selectors
 import shlex
 import subprocess
@@ -73,7 +75,51 @@ COMMAND_VAR = "HYCKPT_PROTOCOL_CMD"
 #: Seconds to wait for one response (``$HYCKPT_PROTOCOL_TIMEOUT``, default 120).
 TIMEOUT_VAR = "HYCKPT_PROTOCOL_TIMEOUT"
 _DEFAULT_TIMEOUT_S = 120.0
+#: Longest timeout, in seconds (about 11.6 days; ``select`` overflows far beyond it).
+MAX_TIMEOUT_S = 1e6
 _STDERR_LINES = 40
+#: Bytes written per ``select``: a pipe that reports writable takes this many without
+#: blocking.
+_WRITE_CHUNK = select.PIPE_BUF
+
+
+def _check_timeout(value: object) -> float | None:
+    """``value`` if it is ``None`` or a number of seconds in ``(0, MAX_TIMEOUT_S]``."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_TIMEOUT_S
+    ):
+        raise InvalidConfigError(
+            f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}] or None (wait "
+            f"forever), got {value!r}"
+        )
+    return float(value)
+
+
+def timeout_from_environment() -> float:
+    """The response timeout in seconds: ``$HYCKPT_PROTOCOL_TIMEOUT``, else 120.
+
+    Raises:
+        ImplementationLoadError: the variable is set to something other than a number of
+            seconds in ``(0, MAX_TIMEOUT_S]``.
+    """
+    text = os.environ.get(TIMEOUT_VAR, "").strip()
+    if not text:
+        return _DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails too
+        raise ImplementationLoadError(
+            f"{TIMEOUT_VAR} must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got "
+            f"{text!r}; set it to the seconds to wait for one response, or unset it for "
+            f"the default {_DEFAULT_TIMEOUT_S:g} s"
+        )
+    return value
 
 
 class Connection:
@@ -81,10 +127,14 @@ class Connection:
 
     Args:
         command: the server's argv (a string is split with :func:`shlex.split`).
-        timeout_s: seconds to wait for each response; ``None`` waits forever.
+        timeout_s: seconds to wait for each response (and for the server to take each
+            request), in ``(0, MAX_TIMEOUT_S]``; ``None`` waits forever. A server that
+            does not answer in time is killed, and the request raises
+            :class:`~reference.protocol.ProtocolError`.
 
     Raises:
         ProtocolError: the command cannot be started.
+        InvalidConfigError: ``timeout_s`` is not ``None`` or a number in range.
     """
 
     def __init__(self, command: str | Sequence[str], timeout_s: float | None = None) -> None:
@@ -92,7 +142,7 @@ class Connection:
         if not argv:
             raise ProtocolError("the server command is empty")
         self.argv = argv
-        self.timeout_s = timeout_s
+        self.timeout_s = _check_timeout(timeout_s)
         try:
             self._process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -101,6 +151,7 @@ class Connection:
             raise ProtocolError(f"cannot start the server {shlex.join(argv)!r}: {error}") from None
         assert self._process.stdin and self._process.stdout and self._process.stderr
         self._stdin: IO[bytes] = self._process.stdin
+        self._stdin_fd = self._stdin.fileno()
         self._stdout_fd = self._process.stdout.fileno()
         self._buffer = b""
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
@@ -110,6 +161,8 @@ class Connection:
         self._stderr_thread.start()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._stdout_fd, selectors.EVENT_READ)
+        self._write_selector = selectors.DefaultSelector()
+        self._write_selector.register(self._stdin_fd, selectors.EVENT_WRITE)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._dropped: list[int] = []
@@ -132,10 +185,39 @@ class Connection:
             + (f"; its last stderr lines:\n{tail}" if tail else "")
         )
 
+    def _timed_out(self, what: str) -> ProtocolError:
+        """The error for a server that did not answer in time, which is killed: a late
+        answer would be taken for the next request's."""
+        status = (
+            "is still running, so it was stopped"
+            if self._process.poll() is None
+            else f"exited with code {self._process.returncode}"
+        )
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)
+        self._stderr_thread.join(timeout=1)
+        tail = "\n".join(self._stderr)
+        return ProtocolError(
+            f"{what}; the server {shlex.join(self.argv)!r} {status} (set {TIMEOUT_VAR} to "
+            "wait longer)" + (f"; its last stderr lines:\n{tail}" if tail else "")
+        )
+
+    def _write(self, data: bytes, op: str) -> None:
+        """Write ``data`` to the server's stdin, waiting at most ``timeout_s`` each time
+        the pipe is full (a server that stopped reading would block a plain write)."""
+        view = memoryview(data)
+        while view:
+            if not self._write_selector.select(self.timeout_s):
+                raise self._timed_out(f"the server took no more of {op} within {self.timeout_s} s")
+            written = os.write(self._stdin_fd, view[:_WRITE_CHUNK])
+            view = view[written:]
+
     def _read_line(self) -> bytes:
         while b"\n" not in self._buffer:
             if not self._selector.select(self.timeout_s):
-                raise self._died(f"no response within {self.timeout_s} s")
+                raise self._timed_out(f"no response within {self.timeout_s} s")
             chunk = os.read(self._stdout_fd, 1 << 16)
             if not chunk:
                 raise self._died("the server closed its stdout")
@@ -150,9 +232,8 @@ class Connection:
         except (TypeError, ValueError):  # NaN, bytes, objects: see jsonable
             line = request_line(request_id, op, jsonable(args))
         try:
-            self._stdin.write(line.encode() + b"\n")
-            self._stdin.flush()
-        except (BrokenPipeError, OSError):
+            self._write(line.encode() + b"\n", op)
+        except OSError:  # BrokenPipeError included
             raise self._died(f"cannot send {op}") from None
         response = parse_response(self._read_line())
         if response.id != request_id:
@@ -193,6 +274,7 @@ class Connection:
                 self._process.kill()
                 self._process.wait()
         self._selector.close()
+        self._write_selector.close()
 
     def __enter__(self) -> Connection:
         return self
@@ -446,14 +528,25 @@ def handshake(connection: Connection) -> dict[str, Any]:
     return hello
 
 
+#: ``connect``'s default timeout: read ``$HYCKPT_PROTOCOL_TIMEOUT`` (else 120 s).
+FROM_ENVIRONMENT: Any = object()
+
+
 def connect(
-    command: str | Sequence[str], timeout_s: float | None = _DEFAULT_TIMEOUT_S
+    command: str | Sequence[str], timeout_s: float | None = FROM_ENVIRONMENT
 ) -> tuple[Connection, dict[str, Any]]:
     """Start a server and say hello; returns the connection and the server's hello.
 
+    ``timeout_s`` defaults to :func:`timeout_from_environment`, so ``hyckpt
+    replay-vectors --command`` honours ``$HYCKPT_PROTOCOL_TIMEOUT`` as the conformance
+    suite does.
+
     Raises:
-        ImplementationLoadError: it cannot be started or fails the handshake.
+        ImplementationLoadError: it cannot be started, fails the handshake (a server that
+            does not answer the hello in time is killed), or the timeout variable is bad.
     """
+    if timeout_s is FROM_ENVIRONMENT:
+        timeout_s = timeout_from_environment()
     try:
         connection = Connection(command, timeout_s)
     except ProtocolError as error:
@@ -481,8 +574,7 @@ def implementation(command: str | Sequence[str] | None = None) -> Implementation
                 f"set {COMMAND_VAR} to the command that starts your protocol server, e.g. "
                 f'{COMMAND_VAR}="python -m reference.protocol_server" (docs/PROTOCOL.md)'
             )
-    timeout = float(os.environ.get(TIMEOUT_VAR) or _DEFAULT_TIMEOUT_S)
-    connection, hello = connect(command, timeout)
+    connection, hello = connect(command, timeout_from_environment())
     import atexit
 
     atexit.register(connection.close)

@@ -33,7 +33,7 @@ from reference.api import (
     ReservationState,
     check_count,
 )
-from reference.errors import ForeignReservationError, HyckptError
+from reference.errors import AllocationTooLargeError, ForeignReservationError, HyckptError
 from reference.protocol import (
     ALL_OPS,
     INDEX_CAPABILITIES,
@@ -61,6 +61,13 @@ from reference.protocol_codec import (
 
 #: Placement policies kept built, by (name, parameters); older ones are dropped.
 _POLICY_CACHE_SIZE = 64
+#: Most slots an ``index.new`` may ask for: 2**22 (4,194,304), far beyond any checkpoint
+#: pool, and about 0.2 GB for the reference index (a few Python objects per slot).
+MAX_CAPACITY = 2**22
+#: Longest prompt, in tokens, a placement request may describe (``chunk.prompt_len`` and
+#: each ``seq_lens`` entry): 2**22 (4,194,304), beyond any model's context. An answer then
+#: lists at most that many positions; a policy may build its whole target set first.
+MAX_PROMPT_TOKENS = 2**22
 
 
 def reference_implementation() -> Implementation:
@@ -164,6 +171,14 @@ class Session:
         try:
             result = self.execute(request.op, request.args)
             return ok_line(request.id, result)
+        except MemoryError:  # a size no limit below caught: still a typed answer
+            return error_line(
+                request.id,
+                AllocationTooLargeError.__name__,
+                f"{request.op}: the server ran out of memory answering it; ask for less "
+                f"(index.new capacity <= {MAX_CAPACITY} slots, prompts <= "
+                f"{MAX_PROMPT_TOKENS} tokens)",
+            )
         except Exception as error:  # every failure becomes a response; the server goes on
             return error_line(request.id, error_name(error), str(error))
 
@@ -197,7 +212,9 @@ class Session:
 
     def _placement_positions(self, args: _Args) -> object:
         policy = self._policy(args.get("policy"), args.get("params", {}))
-        return list(policy.positions(chunk_arg(args.get("chunk"))))
+        chunk = chunk_arg(args.get("chunk"))
+        _check_prompt_len(args.op, "chunk.prompt_len", chunk.prompt_len)
+        return list(policy.positions(chunk))
 
     def _vllm_align_batch(self, args: _Args) -> object:
         params = args.get("params")
@@ -206,6 +223,8 @@ class Session:
         for name, value in (("seq_lens", seq_lens), ("query_lens", query_lens)):
             if not isinstance(value, list):
                 raise ProtocolError(f"{name} must be an array of token counts, got {value!r:.80}")
+        for row, seq_len in enumerate(seq_lens):
+            _check_prompt_len(args.op, f"seq_lens[{row}]", seq_len)
         if isinstance(policy, reference_placement.VllmAlign):
             offsets, columns = reference_placement.vllm_align_batch(seq_lens, query_lens, policy)
         else:
@@ -229,6 +248,13 @@ class Session:
         return index
 
     def _index_new(self, args: _Args) -> object:
+        capacity = args.get("capacity")
+        if _is_int(capacity) and capacity > MAX_CAPACITY:
+            raise AllocationTooLargeError(
+                f"index.new: capacity={capacity} is more than the {MAX_CAPACITY} slots this "
+                "server allocates for one index; pass a smaller capacity (size it from the "
+                "checkpoint byte budget with capacity_for_budget)"
+            )
         options: dict[str, Any] = {}
         for name in ("first_slot", "eviction", "hash_unit", "bytes_per_slot"):
             if args.has(name):
@@ -332,6 +358,25 @@ class Session:
         index_handle = args.handle("index")
         self._index(args).clear()
         return {"cancelled": self._cancelled(index_handle)}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_prompt_len(op: str, name: str, value: object) -> None:
+    """Refuse a prompt length above :data:`MAX_PROMPT_TOKENS` before a policy builds
+    anything for it (other bad values go on to the implementation, which checks them).
+
+    Raises:
+        AllocationTooLargeError: naming the operation, the argument and the limit.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_PROMPT_TOKENS:
+        raise AllocationTooLargeError(
+            f"{op}: {name}={value} is more than the {MAX_PROMPT_TOKENS} tokens a prompt may "
+            "have on this server (docs/PROTOCOL.md §8); describe a prompt of at most "
+            f"{MAX_PROMPT_TOKENS} tokens"
+        )
 
 
 def _batch_from_positions(

@@ -31,7 +31,10 @@ Rules (normative text in ``docs/SEMANTICS.md``):
   more rows than captured → :class:`ValidRowsError`, a paired restore of an unpaired
   capture → :class:`NeverCapturedError`. A record changes only after its copy finished;
 - every call validates all of its arguments and the live layout before it copies
-  anything, so a call that raises leaves slabs, records and live tensors unchanged.
+  anything, so a call that raises leaves slabs, records and live tensors unchanged;
+- a storage preallocates at most :data:`MAX_STORAGE_BYTES` (1 TiB, slabs and records
+  together); more, or an allocation the device refuses, is an
+  :class:`AllocationTooLargeError` and nothing stays allocated.
 
 The reference copies synchronously with ``Tensor.copy_`` and ignores ``stream``.
 """
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.errors import (
+    AllocationTooLargeError,
     AxisNotConfiguredError,
     InvalidConfigError,
     LayoutMismatchError,
@@ -63,6 +67,13 @@ DRAFT_KV = "draft_kv"
 GROUPS = (RECURRENT, BOUNDARY_HIDDEN, KV, DRAFT_KV)
 #: The one slab name in the ``BOUNDARY_HIDDEN`` group.
 HIDDEN = "hidden"
+#: Most bytes one storage preallocates: 2**40 (1 TiB), slabs and per-slot records
+#: together, several times any accelerator's memory. Larger is refused before anything
+#: is allocated.
+MAX_STORAGE_BYTES = 2**40
+#: Bytes of one entry of a per-slot record (a Python list slot): the recurrent axis keeps
+#: two records per slot, the partial-KV axis one.
+_RECORD_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,9 @@ class ReferenceStorage:
     Raises:
         InvalidConfigError: a slot count or the hidden width is negative or not an int,
             or the hidden dtype is not a ``torch.dtype``.
+        AllocationTooLargeError: the slabs and records would take more than
+            :data:`MAX_STORAGE_BYTES`, or the device could not allocate them (nothing
+            stays allocated).
         LayoutMismatchError: the live state is inconsistent (see
             :meth:`LiveState.validate`).
 
@@ -219,22 +233,29 @@ class ReferenceStorage:
             group: {name: _Layout.of(t) for name, t in self._live_group(group).items()}
             for group in (RECURRENT, KV, DRAFT_KV)
         }
-        self._slabs: dict[str, dict[str, torch.Tensor]] = {
-            RECURRENT: _slabs_like(live.recurrent, recurrent_slots),
-            BOUNDARY_HIDDEN: {},
-            KV: _slabs_like(live.kv_pages, partial_kv_slots),
-            DRAFT_KV: _slabs_like(live.draft_kv_pages, partial_kv_slots),
-        }
-        if boundary_hidden_dim > 0:
-            device = next(iter(live.recurrent.values())).device if live.recurrent else None
-            self._slabs[BOUNDARY_HIDDEN][HIDDEN] = torch.zeros(
-                (recurrent_slots, boundary_hidden_dim), dtype=boundary_hidden_dtype, device=device
-            )
         self._bytes = bytes_per_slot(live, boundary_hidden_dim, boundary_hidden_dtype)
+        total = _check_total(recurrent_slots, partial_kv_slots, self._bytes)
+        reason = ""
+        try:
+            allocation = _allocate(
+                live, recurrent_slots, partial_kv_slots, boundary_hidden_dim, boundary_hidden_dtype
+            )
+        except (RuntimeError, MemoryError) as error:  # torch's allocator, or Python's
+            # Only the text is kept, and the error is raised outside the except clause,
+            # so that no traceback keeps a slab allocated before the failure alive.
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if reason:
+            raise AllocationTooLargeError(
+                f"recurrent_slots={recurrent_slots} and partial_kv_slots={partial_kv_slots} "
+                f"need {total} bytes ({total / 2**30:.3g} GiB), which could not be "
+                f"allocated ({reason:.200}); pass fewer slots (size them from the memory "
+                "you have with capacity_for_budget)"
+            )
+        self._slabs = allocation.slabs
         # What each slot holds. Updated only after the copy it describes has finished.
-        self._recurrent_captured = [False] * recurrent_slots
-        self._hidden_captured = [False] * recurrent_slots
-        self._partial: list[_PartialCapture | None] = [None] * partial_kv_slots
+        self._recurrent_captured = allocation.recurrent_captured
+        self._hidden_captured = allocation.hidden_captured
+        self._partial = allocation.partial
 
     # --- configuration -----------------------------------------------------------------
 
@@ -677,6 +698,56 @@ def _check_hidden_config(dim: object, dtype: object) -> None:
         )
     if not isinstance(dtype, torch.dtype):
         raise InvalidConfigError(f"boundary_hidden_dtype must be a torch.dtype, got {dtype!r}")
+
+
+def _check_total(recurrent_slots: int, partial_kv_slots: int, per_slot: SlotBytes) -> int:
+    """Bytes the slabs and records of a storage take; raises above :data:`MAX_STORAGE_BYTES`."""
+    recurrent = per_slot.recurrent_total + 2 * _RECORD_BYTES
+    partial = per_slot.partial_kv_total + _RECORD_BYTES
+    total = recurrent_slots * recurrent + partial_kv_slots * partial
+    if total > MAX_STORAGE_BYTES:
+        raise AllocationTooLargeError(
+            f"recurrent_slots={recurrent_slots} and partial_kv_slots={partial_kv_slots} "
+            f"would need {total} bytes ({total / 2**30:.3g} GiB: {recurrent} per recurrent "
+            f"slot, {partial} per partial-KV slot, records included), more than the "
+            f"{MAX_STORAGE_BYTES} bytes (1 TiB) a storage may preallocate; pass fewer slots "
+            "(size them from a byte budget with capacity_for_budget)"
+        )
+    return total
+
+
+@dataclass
+class _Allocation:
+    """Everything a storage preallocates: zeroed slabs of every group and empty records."""
+
+    slabs: dict[str, dict[str, torch.Tensor]]
+    recurrent_captured: list[bool]
+    hidden_captured: list[bool]
+    partial: list[_PartialCapture | None]
+
+
+def _allocate(
+    live: LiveState,
+    recurrent_slots: int,
+    partial_kv_slots: int,
+    hidden_dim: int,
+    hidden_dtype: torch.dtype,
+) -> _Allocation:
+    """Allocate a storage's slabs and records (raises what the allocator raises)."""
+    slabs: dict[str, dict[str, torch.Tensor]] = {
+        RECURRENT: _slabs_like(live.recurrent, recurrent_slots),
+        BOUNDARY_HIDDEN: {},
+        KV: _slabs_like(live.kv_pages, partial_kv_slots),
+        DRAFT_KV: _slabs_like(live.draft_kv_pages, partial_kv_slots),
+    }
+    if hidden_dim > 0:
+        device = next(iter(live.recurrent.values())).device if live.recurrent else None
+        slabs[BOUNDARY_HIDDEN][HIDDEN] = torch.zeros(
+            (recurrent_slots, hidden_dim), dtype=hidden_dtype, device=device
+        )
+    return _Allocation(
+        slabs, [False] * recurrent_slots, [False] * recurrent_slots, [None] * partial_kv_slots
+    )
 
 
 def _slabs_like(live: Mapping[str, torch.Tensor], slots: int) -> dict[str, torch.Tensor]:

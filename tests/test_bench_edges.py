@@ -167,7 +167,7 @@ def test_bench_sim_runs_the_same_workload_twice_differing_only_in_fusing(
 def test_bench_sim_shows_progress_unless_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without ``--quiet`` each run gets a progress callback."""
     fake = _FakeSimulation(_sim_result(0.5), _sim_result(0.5))
-    assert _run_sim_bench(monkeypatch, fake, "--requests", "2")[0] == 0
+    assert _run_sim_bench(monkeypatch, fake, "--requests", "2", "--progress", "always")[0] == 0
     assert all(callable(call["progress"]) for call in fake.calls) and len(fake.calls) == 2
 
 

@@ -136,7 +136,7 @@ def test_hyckpt_crosscheck_command(
 ) -> None:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY_SCENARIO)
-    code = cli.main(["crosscheck", str(path)])
+    code = cli.main(["crosscheck", str(path), "--progress", "always"])
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     assert "reference vs gpu" in out.out and "crosscheck: ok" in out.out

@@ -286,3 +286,25 @@ def test_a_dead_dask_scheduler_is_a_clean_error(
             executor="dask",
             scheduler=f"tcp://127.0.0.1:{port}",
         )
+
+
+def test_ctrl_c_while_the_parser_is_built_or_the_entry_imports(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deterministic versions of the start-up case: the interrupt lands while ``main``
+    builds its parser (which imports the simulator for some commands), or while the
+    console script imports ``sim.cli``."""
+    import sim._entry
+    import sim.cli
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.cli, "build_parser", interrupted)
+    assert sim.cli.main(["simulate"]) == 130
+    assert capsys.readouterr().err == "hyckpt: interrupted\n"
+    monkeypatch.setattr(sim.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        sim._entry.run()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "hyckpt: interrupted\n"

@@ -10,6 +10,13 @@ import math
 
 from reference.errors import InvalidConfigError
 
+#: Largest magnitude of a time in seconds that a trace or an arrival process may give:
+#: 1e12 s (about 31,700 years), far beyond any trace yet small enough that Unix-epoch
+#: times in seconds or milliseconds pass and that every time derived from one (a
+#: difference of two, a sum with service times) stays finite and resolved to better than
+#: a millisecond. A time near ``1e308`` would overflow downstream.
+MAX_TIME_S = 1e12
+
 
 def fail(owner: str, field: str, value: object, expectation: str) -> InvalidConfigError:
     """The error for ``owner.field = value`` that should have been ``expectation``."""
@@ -34,7 +41,10 @@ def check_float(
     """``value`` as a finite float ``>= minimum`` (``> minimum`` if ``strict``), else raise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise fail(owner, field, value, "a finite number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        number = math.inf
     if not math.isfinite(number) or number < minimum or (strict and number == minimum):
         relation = ">" if strict else ">="
         raise fail(owner, field, value, f"a finite number {relation} {minimum:g}")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from reference.errors import InvalidConfigError
+from sim.workloads._checks import MAX_TIME_S
 from sim.workloads.errors import TraceFormatError
 
 _MISSING = object()
@@ -59,10 +60,36 @@ def get_int(path: str, line: int, record: dict[str, Any], field: str, *, minimum
     return value
 
 
-def get_number(path: str, line: int, record: dict[str, Any], field: str) -> float:
-    """A finite number."""
+def get_number(
+    path: str,
+    line: int,
+    record: dict[str, Any],
+    field: str,
+    *,
+    limit: float | None = None,
+    unit: str = "seconds",
+) -> float:
+    """A finite number; with ``limit``, one of magnitude at most ``limit`` (in ``unit``).
+
+    A JSON integer too large for a float is out of range (not a traceback).
+    """
     expected = "a finite number"
     value = get_field(path, line, record, field, expected)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise TraceFormatError(path, line, field, value, expected)
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of more than 308 digits
+        number = math.inf
+    if math.isnan(number) or (math.isinf(number) and (limit is None or isinstance(value, float))):
+        raise TraceFormatError(path, line, field, value, expected)
+    if limit is not None and not -limit <= number <= limit:
+        raise TraceFormatError(
+            path,
+            line,
+            field,
+            value,
+            f"a time in [-{limit:g}, {limit:g}] {unit} ({MAX_TIME_S:g} s either way: a "
+            "larger one would overflow the simulation's clock; check the field's unit)",
+        )
+    return number

@@ -3,6 +3,12 @@
 Each process turns an RNG into a non-decreasing iterator of absolute times in seconds
 (the first arrival after time 0 for the random ones). Generators take one as their
 ``arrivals`` parameter and stop when it runs out or they reach their count.
+
+Bounds: a rate lies in ``[MIN_RATE_PER_S, MAX_RATE_PER_S]`` (one arrival in about 11.6
+days to a million per second), a burstiness ``cv`` in ``[MIN_CV, 100]``, every time in
+``[0, MAX_TIME_S]`` (1e12 s) and a trace's ``unit_s`` in ``[MIN_UNIT_S, MAX_UNIT_S]``:
+beyond them the gaps or times overflow (a rate of ``1e-300`` gives gaps of ``1e300``
+seconds) or the draws fail.
 """
 
 from __future__ import annotations
@@ -13,11 +19,40 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sim.workloads._checks import check_float, fail
+from sim.workloads._checks import MAX_TIME_S, check_float, fail
 from sim.workloads._jsonl import get_number, read_objects
 from sim.workloads.errors import TraceFormatError
 
 __all__ = ["ArrivalProcess", "Bursty", "Poisson", "TraceArrivals", "arrivals_from_spec"]
+
+#: Slowest arrival rate, per second: one arrival in about 11.6 days on average.
+MIN_RATE_PER_S = 1e-6
+#: Fastest arrival rate, per second.
+MAX_RATE_PER_S = 1e6
+#: Smallest ``Bursty.cv``: the gamma shape ``1 / cv**2`` is then 1e6 (nearly evenly
+#: spaced arrivals); a much smaller CV makes the shape infinite and the draw fail.
+MIN_CV = 1e-3
+#: Largest ``Bursty.cv``.
+MAX_CV = 100.0
+#: Smallest and largest ``TraceArrivals.unit_s`` (seconds per unit of the field): from
+#: nanoseconds to days.
+MIN_UNIT_S = 1e-9
+MAX_UNIT_S = 1e6
+
+
+def _check_rate(owner: str, value: object) -> float:
+    """``value`` as a rate in ``[MIN_RATE_PER_S, MAX_RATE_PER_S]`` arrivals per second."""
+    rate = check_float(owner, "rate_per_s", value, strict=True)
+    if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
+        raise fail(
+            owner,
+            "rate_per_s",
+            value,
+            f"between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} arrivals per second (one "
+            "arrival in about 11.6 days to a million a second; beyond them the arrival "
+            "times overflow or their gaps vanish)",
+        )
+    return rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +60,14 @@ class Poisson:
     """Poisson arrivals: exponential inter-arrival times with mean ``1 / rate_per_s``.
 
     Attributes:
-        rate_per_s: arrivals per second (``> 0``).
+        rate_per_s: arrivals per second, in ``[MIN_RATE_PER_S, MAX_RATE_PER_S]``
+            (``[1e-6, 1e6]``).
     """
 
     rate_per_s: float = 1.0
 
     def __post_init__(self) -> None:
-        check_float("Poisson", "rate_per_s", self.rate_per_s, strict=True)
+        _check_rate("Poisson", self.rate_per_s)
 
     def times(self, rng: random.Random) -> Iterator[float]:
         """Arrival times in seconds."""
@@ -49,18 +85,28 @@ class Bursty:
     (gamma shape ``k = 1 / cv**2``, scale ``1 / (rate_per_s * k)``).
 
     Attributes:
-        rate_per_s: mean arrivals per second (``> 0``).
-        cv: coefficient of variation of the inter-arrival time (``> 0``, at most 100).
+        rate_per_s: mean arrivals per second, in ``[MIN_RATE_PER_S, MAX_RATE_PER_S]``
+            (``[1e-6, 1e6]``).
+        cv: coefficient of variation of the inter-arrival time, in ``[MIN_CV, MAX_CV]``
+            (``[0.001, 100]``).
     """
 
     rate_per_s: float = 1.0
     cv: float = 2.0
 
     def __post_init__(self) -> None:
-        check_float("Bursty", "rate_per_s", self.rate_per_s, strict=True)
+        _check_rate("Bursty", self.rate_per_s)
         cv = check_float("Bursty", "cv", self.cv, strict=True)
-        if cv > 100.0:
-            raise fail("Bursty", "cv", self.cv, "<= 100")
+        if cv > MAX_CV:
+            raise fail("Bursty", "cv", self.cv, f"<= {MAX_CV:g}")
+        if cv < MIN_CV:
+            raise fail(
+                "Bursty",
+                "cv",
+                self.cv,
+                f">= {MIN_CV:g} (the gamma shape 1/cv**2 overflows below it; for evenly "
+                "spaced arrivals use a small cv such as 0.01)",
+            )
 
     def times(self, rng: random.Random) -> Iterator[float]:
         """Arrival times in seconds."""
@@ -81,10 +127,13 @@ class TraceArrivals:
     line arrives at 0 when ``relative`` is true. Times must not decrease.
 
     Attributes:
-        times_s: arrival times in seconds, non-decreasing, finite.
-        path: a JSON-lines file with one arrival per line.
+        times_s: arrival times in seconds, non-decreasing, in ``[0, MAX_TIME_S]``
+            (``MAX_TIME_S`` = 1e12 s).
+        path: a JSON-lines file with one arrival per line; each line's time
+            ``field * unit_s`` must lie in ``[-MAX_TIME_S, MAX_TIME_S]`` seconds.
         field: the field holding the time in ``path``'s lines.
-        unit_s: seconds per unit of ``field`` (0.001 for milliseconds).
+        unit_s: seconds per unit of ``field`` (0.001 for milliseconds), in
+            ``[MIN_UNIT_S, MAX_UNIT_S]`` (``[1e-9, 1e6]``).
         relative: shift a file's times so that its first arrival is at 0 s.
     """
 
@@ -101,6 +150,14 @@ class TraceArrivals:
         previous = -math.inf
         for index, value in enumerate(self.times_s):
             number = check_float(owner, f"times_s[{index}]", value)
+            if number > MAX_TIME_S:
+                raise fail(
+                    owner,
+                    f"times_s[{index}]",
+                    value,
+                    f"<= {MAX_TIME_S:g} seconds (a later time would overflow the "
+                    "simulation's clock)",
+                )
             if number < previous:
                 raise fail(owner, f"times_s[{index}]", value, f">= the previous time {previous}")
             previous = number
@@ -112,7 +169,15 @@ class TraceArrivals:
             raise fail(owner, "times_s", self.times_s, "non-empty when no path is given")
         if not isinstance(self.field, str) or not self.field:
             raise fail(owner, "field", self.field, "a non-empty field name")
-        check_float(owner, "unit_s", self.unit_s, strict=True)
+        unit = check_float(owner, "unit_s", self.unit_s, strict=True)
+        if not MIN_UNIT_S <= unit <= MAX_UNIT_S:
+            raise fail(
+                owner,
+                "unit_s",
+                self.unit_s,
+                f"between {MIN_UNIT_S:g} and {MAX_UNIT_S:g} seconds per unit (0.001 for "
+                "milliseconds, 1.0 for seconds)",
+            )
 
     def times(self, rng: random.Random) -> Iterator[float]:
         """Arrival times in seconds (``rng`` is unused: a trace is deterministic)."""
@@ -122,8 +187,10 @@ class TraceArrivals:
         path = os.fspath(self.path)
         first: float | None = None
         previous = -math.inf
+        limit = MAX_TIME_S / self.unit_s
+        unit = f"units of {self.unit_s:g} s"
         for line, record in read_objects(path):
-            value = get_number(path, line, record, self.field)
+            value = get_number(path, line, record, self.field, limit=limit, unit=unit)
             if value < previous:
                 raise TraceFormatError(
                     path, line, self.field, value, f"a time >= the previous line's {previous}"

@@ -18,7 +18,10 @@ Two formats (field names are the public ones):
   block of the input (equal ids = equal content); the last block may be partial
   (``input_length - block_size * (len(hash_ids) - 1)`` tokens).
 
-Lines must be in non-decreasing time order. A malformed line raises
+Lines must be in non-decreasing time order, and a time must lie within
+``MAX_TIME_S`` (1e12 s, about 31,700 years) of 0 either way: ``ts`` in
+``[-1e12, 1e12]`` seconds, ``timestamp`` in ``[-1e15, 1e15]`` milliseconds, so that
+every time derived from one stays finite. A malformed line raises
 :class:`~sim.workloads.errors.TraceFormatError` naming the file, the line number, the
 field, the value found and what was expected; lines before it have already been yielded.
 Blank lines are skipped.
@@ -33,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sim.workloads._checks import check_float, check_int, check_name, check_type, fail
+from sim.workloads._checks import MAX_TIME_S, check_float, check_int, check_name, check_type, fail
 from sim.workloads._jsonl import get_field, get_int, get_number, read_objects
 from sim.workloads.errors import TraceFormatError
 from sim.workloads.prompt import LOCAL_ID_BITS, MAX_SEGMENT_TOKENS, Prompt, SegmentIds
@@ -172,7 +175,7 @@ def jsonl_trace(
                 )
             session_key = str(raw_id)
             turn = get_int(file, line, record, "turn_id")
-            ts = get_number(file, line, record, "ts")
+            ts = get_number(file, line, record, "ts", limit=MAX_TIME_S)
             input_len = get_int(file, line, record, "input_tokens")
             output_len = get_int(file, line, record, "output_tokens")
             if ts < previous_ts:
@@ -315,7 +318,9 @@ def mooncake_trace(
         previous_ts = -math.inf
         for line, record in read_objects(file):
             _check_format(file, line, record, "mooncake")
-            ts = get_number(file, line, record, "timestamp")
+            ts = get_number(
+                file, line, record, "timestamp", limit=MAX_TIME_S * 1000.0, unit="milliseconds"
+            )
             input_len = get_int(file, line, record, "input_length", minimum=1)
             output_len = get_int(file, line, record, "output_length")
             hash_ids = get_field(file, line, record, "hash_ids", "a list of block ids")
