@@ -62,6 +62,8 @@ MAX_BUDGET_BYTES = 2**50
 MAX_SECONDS = 3600.0
 #: Seeds lie in ``[0, MAX_SEED]``.
 MAX_SEED = 2**63 - 1
+#: ``warmup_requests`` at most.
+MAX_REQUESTS_WARMUP = 2**40
 
 
 def _check_int(
@@ -232,6 +234,9 @@ class SimConfig:
             ``mamba_full_memory_ratio`` r gives a share of r / (1 + r)); ``None``: the
             pools are sized by ``kv_blocks`` and ``checkpoint_slots`` /
             ``checkpoint_budget_bytes``.
+        warmup_requests: the hit rates "after warm-up" (``totals.after_warmup``) count
+            the requests admitted after this many; ``None``: after the cache first
+            evicted to make room (it was full).
         memory: ``split`` (a KV pool and a checkpoint pool of their own sizes) or
             ``unified``: one budget of pages from which both cached KV blocks and
             checkpoint slots are drawn, least recently used side freed first
@@ -279,6 +284,7 @@ class SimConfig:
     generated_state: bool = True
     workload_hints: bool = True
     checkpoint_share: float | None = None
+    warmup_requests: int | None = None
     mode: str = "engine"
     memory: str = "split"
     cache_budget_bytes: int | None = None
@@ -371,6 +377,8 @@ class SimConfig:
                 )
         if self.checkpoint_share is not None:
             self._check_share()
+        if self.warmup_requests is not None:
+            _check_int(owner, "warmup_requests", self.warmup_requests, 0, MAX_REQUESTS_WARMUP)
         if not isinstance(self.faults, Faults):
             raise InvalidConfigError("SimConfig.faults must be a Faults instance")
         if self.memory not in MEMORY_MODES:

@@ -148,6 +148,13 @@ class Metrics:
     copy_busy_s: float = 0.0
     peak_kv_blocks_in_use: int = 0
     peak_checkpoint_bytes_in_use: int = 0
+    # Warm-up (docs/REPORTS.md): requests admitted from ``warm_from_request`` on count
+    # in these too; ``None`` while the cache has not yet filled.
+    warm_from_request: int | None = None
+    warm_requests: int = 0
+    warm_requests_with_hit: int = 0
+    warm_prompt_tokens: int = 0
+    warm_hit_tokens: int = 0
     ttft_s: array[float] = field(default_factory=lambda: array("d"))
     series: dict[str, list[float | int | None]] = field(
         default_factory=lambda: {column: [] for column in SERIES_COLUMNS}
@@ -163,6 +170,23 @@ class Metrics:
     def request_hit_rate(self) -> float | None:
         """Admitted requests with a hit over admitted requests; ``None`` before any."""
         return self.requests_with_hit / self.requests_admitted if self.requests_admitted else None
+
+    def after_warmup(self) -> dict[str, object]:
+        """JSON-ready hit rates of the requests admitted after warm-up (``from_request``:
+        the arrival index of the first; ``None`` when the cache never filled: the run
+        has no steady state)."""
+        return {
+            "from_request": self.warm_from_request,
+            "requests": self.warm_requests,
+            "prompt_tokens": self.warm_prompt_tokens,
+            "hit_tokens": self.warm_hit_tokens,
+            "token_hit_rate": self.warm_hit_tokens / self.warm_prompt_tokens
+            if self.warm_prompt_tokens
+            else None,
+            "request_hit_rate": self.warm_requests_with_hit / self.warm_requests
+            if self.warm_requests
+            else None,
+        }
 
     @property
     def next_sample_s(self) -> float:
@@ -242,6 +266,7 @@ class Metrics:
             },
             "token_hit_rate": self.token_hit_rate(),
             "request_hit_rate": self.request_hit_rate(),
+            "after_warmup": self.after_warmup(),
             "prompt_tokens": self.prompt_tokens,
             "hit_tokens": self.hit_tokens,
             "resume_hit_tokens": self.resume_hit_tokens,

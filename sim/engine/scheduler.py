@@ -663,8 +663,11 @@ class Engine:
             seq.hashed = request.prompt.hashed(self._namespace, self.config.unit)
             seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
         self.checker.request_id = request.request_id
-        if self.alpha_tuner is not None and seq.admissions == 0:
-            self.alpha_tuner.before_lookup(self.metrics.requests_admitted, self._cache_evictions())
+        if seq.admissions == 0:
+            evictions = self._cache_evictions()
+            if self.alpha_tuner is not None:
+                self.alpha_tuner.before_lookup(self.metrics.requests_admitted, evictions)
+            self._check_warm(seq, evictions)
         present = self.pool.match(seq.digests)
         hit = reconcile(
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
@@ -698,6 +701,9 @@ class Engine:
         if seq.admissions == 1:
             metrics.requests_admitted += 1
             metrics.prompt_tokens += n
+            if seq.after_warmup:
+                metrics.warm_requests += 1
+                metrics.warm_prompt_tokens += n
         # The hit itself is counted when its restore is issued (_issue_restores).
         branch = self._hints(request, "branch_points")
         cached_end = present * block
@@ -859,6 +865,9 @@ class Engine:
                 metrics.hit_tokens += seq.hit_tokens
                 metrics.requests_with_hit += 1
                 metrics.flops_saved += saved
+                if seq.after_warmup:
+                    metrics.warm_hit_tokens += seq.hit_tokens
+                    metrics.warm_requests_with_hit += 1
             else:
                 metrics.resume_hit_tokens += seq.hit_tokens
                 metrics.resume_flops_saved += saved
@@ -998,6 +1007,19 @@ class Engine:
             for i in range(seq.registered, full):
                 register(blocks[i], digests[i])
             seq.registered = full
+
+    def _check_warm(self, seq: Seq, evictions: int) -> None:
+        """Whether ``seq`` (about to be admitted for the first time) counts after warm-up:
+        from the first request admitted once the cache has evicted to make room (it is
+        full), or after ``warmup_requests`` admitted requests when that is set."""
+        metrics = self.metrics
+        if metrics.warm_from_request is None:
+            limit = self.config.warmup_requests
+            full = evictions > 0 if limit is None else metrics.requests_admitted >= limit
+            if not full:
+                return
+            metrics.warm_from_request = seq.index
+        seq.after_warmup = True
 
     def _cache_evictions(self) -> int:
         """Entries the cache has evicted to make room: checkpoints, and with unified

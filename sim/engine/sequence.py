@@ -110,6 +110,7 @@ class Seq:
     hit_tokens: int = 0
     hit_slot: int = -1
     admissions: int = 0
+    after_warmup: bool = False
     ran: bool = False
     first_token_s: float = -1.0
     hashed: HashedPrompt | None = None

@@ -83,7 +83,9 @@ TABLE_NOTES = (
     "Hit rates are over admitted requests, each hit counted at its request's first "
     "restore (issued before any of the request ran); FLOPs saved counts the same restores "
     "(a restore after some of its request ran and was preempted is `resume_flops_saved` "
-    "in the JSON). Pool: the checkpoint pool, in slots and GiB. "
+    "in the JSON). After warm-up: the token hit rate of the requests admitted once the "
+    "cache had first evicted to make room (or after `engine.warmup_requests`); "
+    "`filling`: it never did. Pool: the checkpoint pool, in slots and GiB. "
     f"{MEMORY_COLUMN}: the run's GPU memory plan (`pools.memory`) — model weights, live "
     "recurrent state (`max_num_seqs` sequences), checkpoint pool, KV pool. Unless "
     "`kv_blocks` is set, the KV pool takes what the others leave of the usable memory (GPU "
@@ -136,6 +138,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         "admitted / arrived",
         "token hit rate",
         "request hit rate",
+        "token hit rate after warm-up",
         "recomputed tokens",
         "FLOPs saved",
         "preemptions",
@@ -169,6 +172,7 @@ def table(rows: Sequence[Row]) -> list[str]:
             "n/a" if admitted is None or arrived is None else f"{admitted:.0f} / {arrived:.0f}",
             _fmt(row.total("token_hit_rate"), ".4f"),
             _fmt(row.total("request_hit_rate"), ".4f"),
+            _warm_cell(row),
             "n/a" if recomputed is None else str(int(recomputed)),
             _fmt(row.total("flops_saved"), ".3e"),
             "n/a" if preemptions is None else str(int(preemptions)),
@@ -193,6 +197,29 @@ def table(rows: Sequence[Row]) -> list[str]:
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
+
+
+def _warm_cell(row: Row) -> str:
+    """The token hit rate after warm-up, or ``filling`` when the cache never filled (no
+    steady state), ``n/a`` for a result without the field."""
+    warm = row.data.get("totals", {}).get("after_warmup") if isinstance(row.data, dict) else None
+    if not isinstance(warm, dict):
+        return "n/a"
+    if warm.get("from_request") is None:
+        return "filling"
+    rate = warm.get("token_hit_rate")
+    return _fmt(rate if isinstance(rate, int | float) else None, ".4f")
+
+
+def still_filling(rows: Sequence[Row]) -> list[str]:
+    """Files of runs whose cache never filled (``after_warmup.from_request`` null)."""
+    found = []
+    for row in rows:
+        totals = row.data.get("totals") if isinstance(row.data, dict) else None
+        warm = totals.get("after_warmup") if isinstance(totals, dict) else None
+        if isinstance(warm, dict) and warm.get("from_request") is None:
+            found.append(row.file)
+    return found
 
 
 def _delivered_output(row: Row) -> float | None:
@@ -322,11 +349,11 @@ def best_policy_section(rows: Sequence[Row]) -> list[str]:
     by_pool: dict[str, dict[str, list[float]]] = {}
     order: dict[str, float] = {}
     for row in rows:
-        pool, value = _pool_key(row), row.total("token_hit_rate")
-        if pool is None or value is None:
+        key, value = _pool_key(row), row.total("token_hit_rate")
+        if key is None or value is None:
             continue
-        order[pool[0]] = pool[1]
-        by_pool.setdefault(pool[0], {}).setdefault(row.curve(varying), []).append(value)
+        order[key[0]] = key[1]
+        by_pool.setdefault(key[0], {}).setdefault(row.curve(varying), []).append(value)
     if not any(len(found) > 1 for found in by_pool.values()):
         return []
     lines = [
@@ -398,6 +425,13 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
         lines.append(
             "- **admitted no request** (every request rejected, e.g. a KV pool too small for "
             "one prompt; hit rates n/a, not drawn): " + ", ".join(admitted_none)
+        )
+    filling = still_filling(rows)
+    if filling:
+        lines.append(
+            "- **cache still filling at the end** (it never evicted: the hit rates hold no "
+            "steady state, and a longer run or a smaller pool would show one): "
+            + ", ".join(filling)
         )
     lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, ""]
     lines += [*seeds_section(rows), *best_policy_section(rows), "## Figures", ""]

@@ -41,6 +41,7 @@ from sim.engine.presets import PRESETS
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import closed_loop
 from sim.engine.sources import build_trace, build_workload, canonical_name
+from sim.scenarios.duplicate_keys import given_twice
 from sim.scenarios.schema import (
     DEFAULT_EXPECT,
     EXPECTATIONS,
@@ -271,8 +272,14 @@ def load_default_scenario(*, check_sweep: bool = True) -> Scenario:
 
 def _parse(raw: bytes, where: str, path: Path | None, check_sweep: bool) -> Scenario:
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError as error:
+        raise ScenarioError(where, "(file)", MISSING, f"valid UTF-8 TOML ({error})") from None
+    except tomllib.TOMLDecodeError as error:
+        twice = given_twice(text, str(error))
+        if twice is not None:  # name the key tomllib leaves out
+            raise ScenarioError(where, *twice) from None
         raise ScenarioError(where, "(file)", MISSING, f"valid UTF-8 TOML ({error})") from None
     base = path.parent if path is not None else None
     return build_scenario(data, where, path, base_dir=base, check_sweep=check_sweep)
@@ -681,6 +688,7 @@ def _assemble(
             generated_state=cache["generated_state"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
+            warmup_requests=engine["warmup_requests"],
             mode=engine["mode"],
             memory=cache["memory"],
             cache_budget_bytes=cache["cache_budget_bytes"],

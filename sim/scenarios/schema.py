@@ -232,6 +232,12 @@ _SIM_ENGINE: dict[str, Key] = {
         "engine: the timed SimPy engine; replay: cache-only replay in arrival order",
     ),
     "max_num_seqs": Key(integer(1, MAX_NUM_SEQS), 256, "running sequences at most (batch slots)"),
+    "warmup_requests": Key(
+        integer(0, 2**40),
+        None,
+        "hit rates after warm-up count the requests admitted after this many (unset: after "
+        "the cache first evicted to make room)",
+    ),
     "spec_tokens": Key(
         integer(0, MAX_SPEC_TOKENS), 0, "speculative (MTP) tokens proposed per decode step"
     ),
