@@ -87,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "output_tokens; mooncake: timestamp/input_length/output_length/hash_ids",
     )
     parser.add_argument(
+        "--trace-block-size",
+        type=int,
+        default=512,
+        metavar="TOKENS",
+        help="mooncake trace: tokens per hash_ids entry (default: %(default)s, as the "
+        "published traces)",
+    )
+    parser.add_argument(
         "--requests",
         type=int,
         default=DEFAULT_REQUESTS,
@@ -438,8 +446,23 @@ def warning_lines(result: SimResult) -> list[str]:
     found = [
         memory_warning(result.pools.get("memory")),
         rejection_warning(result.totals.get("requests"), result.pools, result.config),
+        truncation_warning(result.workload),
     ]
     return [line for line in found if line]
+
+
+def truncation_warning(workload: object) -> str | None:
+    """A warning when a trace holds more requests than the run replayed, else ``None``."""
+    if not isinstance(workload, dict):
+        return None
+    held, replayed = workload.get("trace_requests"), workload.get("requests")
+    if not isinstance(held, int) or not isinstance(replayed, int) or held <= replayed:
+        return None
+    return (
+        f"WARNING: trace {workload.get('trace')} holds {held} requests; only the first "
+        f"{replayed} were replayed (--requests, workload.requests): the other "
+        f"{held - replayed} are not in these numbers"
+    )
 
 
 def rejection_warning(requests: object, pools: object, config: object) -> str | None:
@@ -582,7 +605,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise InvalidConfigError(f"--trace must be an existing file, got {args.trace!r}")
     try:
         make_requests, description = (
-            build_trace(args.trace, args.trace_format or "sessions", args.requests)
+            build_trace(
+                args.trace, args.trace_format or "sessions", args.requests, args.trace_block_size
+            )
             if args.trace is not None
             else build_workload(args.workload or DEFAULT_WORKLOAD, args.requests, args.seed)
         )

@@ -137,17 +137,22 @@ TRACE_FORMATS: tuple[str, ...] = ("sessions", "mooncake")
 
 
 def build_trace(
-    path: str, trace_format: str, requests: int
+    path: str, trace_format: str, requests: int, block_size: int = 512
 ) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
     """A factory of the first ``requests`` requests replayed from a trace file.
 
     ``sessions``: JSONL with ``session_id, turn_id, ts, input_tokens, output_tokens``
     (full history per request); ``mooncake``: JSONL with ``timestamp, input_length,
-    output_length, hash_ids`` (512-token blocks). The file is streamed line by line.
+    output_length, hash_ids`` (``block_size``-token blocks, 512 in the published traces;
+    a sessions trace ignores it). The whole file is read once here, so a
+    bad line anywhere is reported before anything runs (not only in the first
+    ``requests``), and the description records how many requests it holds
+    (``trace_requests``): a trace longer than ``requests`` is cut, and
+    :func:`sim.engine.command.warning_lines` says so. The replay streams it again.
 
     Raises:
-        InvalidConfigError: unknown format or bad count (bad lines raise
-            :class:`~sim.workloads.traces.TraceFormatError` while replaying).
+        InvalidConfigError: unknown format or bad count.
+        TraceFormatError: a bad line (its file, line and field).
     """
     from sim.workloads import jsonl_trace, mooncake_trace
 
@@ -156,8 +161,13 @@ def build_trace(
             f"unknown trace format {trace_format!r} (known: {', '.join(TRACE_FORMATS)})"
         )
     _check_requests(requests)
-    workload = jsonl_trace(path) if trace_format == "sessions" else mooncake_trace(path)
+    workload = (
+        jsonl_trace(path)
+        if trace_format == "sessions"
+        else mooncake_trace(path, block_size=block_size)
+    )
     why = f"trace {path} holds no requests (it has no non-blank line)"
+    held = sum(1 for _ in workload)  # validates every line before the run
 
     def stream() -> Iterator[RequestLike]:
         return _at_least_one(itertools.islice(iter(workload), requests), why)
@@ -166,6 +176,7 @@ def build_trace(
         "name": f"{trace_format}-trace",
         "kind": workload.kind,
         "trace": str(path),
-        "requests": requests,
+        "requests": min(requests, held),
+        "trace_requests": held,
     }
     return stream, description

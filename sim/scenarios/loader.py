@@ -91,6 +91,7 @@ class WorkloadSpec:
         params: fields of the generator's configuration (``workload.params``).
         trace: path of a JSONL trace (absolute, or relative to the working directory).
         trace_format: ``sessions`` or ``mooncake``.
+        trace_block_size: tokens per ``hash_ids`` entry of a mooncake trace.
     """
 
     generator: str | None
@@ -98,11 +99,12 @@ class WorkloadSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     trace: str | None = None
     trace_format: str = "sessions"
+    trace_block_size: int = 512
 
     def build(self, seed: int) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
         """A factory of the request stream (seeded with ``seed``) and its description."""
         if self.trace is not None:
-            return build_trace(self.trace, self.trace_format, self.requests)
+            return build_trace(self.trace, self.trace_format, self.requests, self.trace_block_size)
         assert self.generator is not None
         return build_workload(self.generator, self.requests, seed, **copy.deepcopy(self.params))
 
@@ -824,7 +826,14 @@ def _workload(
 def _spec(table: dict[str, Any]) -> WorkloadSpec:
     """The spec of a ``[workload]`` table that has been checked."""
     if table["trace"] is not None:
-        return WorkloadSpec(None, table["requests"], {}, table["trace"], table["trace_format"])
+        return WorkloadSpec(
+            None,
+            table["requests"],
+            {},
+            table["trace"],
+            table["trace_format"],
+            table["trace_block_size"],
+        )
     generator = canonical_name(table["generator"])
     return WorkloadSpec(generator, table["requests"], dict(table["params"]))
 

@@ -354,6 +354,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "generator": Key(choice(list(WORKLOAD_NAMES)), None, "workload generator"),
         "trace": Key(text, None, "JSONL trace path (relative to the scenario file)"),
         "trace_format": Key(choice(list(TRACE_FORMATS)), "sessions", "trace format"),
+        "trace_block_size": Key(
+            integer(1, 2**20),
+            512,
+            "mooncake trace: tokens per hash_ids entry (512 in the published traces)",
+        ),
         "sessions": Key(
             choice(list(SESSION_MODES)),
             None,

@@ -323,6 +323,13 @@ def mooncake_trace(
             )
             input_len = get_int(file, line, record, "input_length", minimum=1)
             output_len = get_int(file, line, record, "output_length")
+            # As the sessions reader bounds a segment: a length nobody serves (1e9) is a
+            # located error, not a minute of hashing and then a run of nothing.
+            for field, value in (("input_length", input_len), ("output_length", output_len)):
+                if value > MAX_SEGMENT_TOKENS:
+                    raise TraceFormatError(
+                        file, line, field, value, f"at most {MAX_SEGMENT_TOKENS} tokens"
+                    )
             hash_ids = get_field(file, line, record, "hash_ids", "a list of block ids")
             if ts < previous_ts:
                 raise TraceFormatError(
