@@ -84,3 +84,18 @@ def test_the_mooncake_block_size_is_a_setting(
     )
     scenario = build_scenario(tomllib.loads(text), "m.toml", None, base_dir=None)
     assert scenario.workload.trace_block_size == 16
+
+
+def test_a_request_count_set_twice_is_an_error() -> None:
+    """``workload.params.num_requests`` beside ``workload.requests`` would override it
+    silently; ``num_sessions`` (conversations, not requests) is a parameter of its own."""
+    from sim.scenarios.schema import ScenarioError
+
+    base = '[scenario]\nname = "w"\n[workload]\ngenerator = "{}"\nrequests = 20\n'
+    text = base.format("few_shot_branching") + "[workload.params]\nnum_requests = 50\n"
+    with pytest.raises(ScenarioError) as caught:
+        build_scenario(tomllib.loads(text), "w.toml", None, base_dir=None)
+    assert caught.value.key == "workload.params.num_requests"
+    assert "workload.requests already sets" in str(caught.value)
+    chat = base.format("multi_turn_chat") + "[workload.params]\nnum_sessions = 5\n"
+    assert build_scenario(tomllib.loads(chat), "w.toml", None, base_dir=None).workload.params

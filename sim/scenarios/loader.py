@@ -40,7 +40,7 @@ from sim.engine.costs import CostModel, get_gpu
 from sim.engine.presets import PRESETS
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import closed_loop
-from sim.engine.sources import build_trace, build_workload, canonical_name
+from sim.engine.sources import COUNT_FIELDS, build_trace, build_workload, canonical_name
 from sim.scenarios.duplicate_keys import given_twice
 from sim.scenarios.schema import (
     DEFAULT_EXPECT,
@@ -869,6 +869,16 @@ def _checked_workload(table: dict[str, Any], seed: int, where: str) -> WorkloadS
                 table["params"][key],
                 f"no {key!r} here: it is reserved, set {owner} instead",
             )
+    count = COUNT_FIELDS.get(canonical_name(generator))
+    if count == "num_requests" and count in table["params"]:
+        # Both count requests: one would silently override the other.
+        raise ScenarioError(
+            where,
+            f"workload.params.{count}",
+            table["params"][count],
+            "unset: workload.requests already sets how many requests this workload "
+            f"generates ({table['requests']}); set it there",
+        )
     spec = _spec(table)
     try:
         _start(spec, seed)
