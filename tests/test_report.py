@@ -70,6 +70,7 @@ def result_doc(
             "sim_time_s": 50.0,
             "decode_tokens": 2_000,
             "compute_busy_s": 12.5,
+            "queue": {"queued_share": 0.25, "peak_waiting": 3, "waiting_at_last_arrival": 0},
         },
         "lockstep": {"ok": True, "counts": {}, "violations": []},
         "series": {
@@ -153,7 +154,7 @@ def test_report_draws_every_figure_and_tabulates_every_result(tmp_path: Path) ->
         assert row["pool (GiB)"] == f"{doc['pools']['checkpoint_slots'] * 50 / 1024:.2f}"
         assert row[MEMORY] == "40.00 / 2.00 / 8.00 / 17.50"
         assert row["lockstep ok"] == "yes"
-        assert row["output tok/s"] == "40" and row["compute busy"] == "25.0%"
+        assert row["output tok/s"] == "40" and row["queued"] == "25.0%"
     assert "GPU memory" not in rows[0]  # a share that read 100% for every default-sized run
     assert "spec accepted" not in rows[0]  # no result drafted tokens
     assert "- GPU memory: 90.0 GiB usable (90% of one GPU's 100.0 GiB)" in summary
@@ -687,7 +688,9 @@ def test_speculative_results_show_their_acceptance(tmp_path: Path) -> None:
     del docs[1]["totals"]["sim_time_s"]
     rows = table_rows(build_report(write_results(tmp_path, docs)).read_text())
     assert [row["spec accepted"] for row in rows] == ["75.0%", "n/a"]
-    assert (rows[1]["output tok/s"], rows[1]["compute busy"]) == ("n/a", "n/a")
+    del docs[1]["totals"]["queue"]  # a result without the queue's numbers
+    rows = table_rows(build_report(write_results(tmp_path / "again", docs)).read_text())
+    assert (rows[1]["output tok/s"], rows[1]["queued"]) == ("n/a", "n/a")
 
 
 # ---- behaviours pinned after hand mutation testing of sim/report/ ----------------------
@@ -863,16 +866,17 @@ def test_the_table_keeps_file_order_and_survives_zero_time() -> None:
     """Rows stay in file order; a zero simulated time reads n/a, not a crash."""
     docs = [result_doc("turns", e, 4, 0, 0.2) for e in ("lru", "fifo", "arc")]
     docs[1]["totals"]["sim_time_s"] = 0.0
-    docs[2]["totals"].update(sim_time_s=25.0, compute_busy_s=5.0)
+    docs[2]["totals"].update(sim_time_s=25.0)
+    docs[2]["totals"]["queue"]["queued_share"] = 0.2
     cells = table_rows("\n".join(table(rows_of(docs))))
     assert [c["policy (placement × eviction)"] for c in cells] == [
         "turns × lru",
         "turns × fifo",
         "turns × arc",
     ]
-    assert [(c["output tok/s"], c["compute busy"]) for c in cells] == [
+    assert [(c["output tok/s"], c["queued"]) for c in cells] == [
         ("40", "25.0%"),
-        ("n/a", "n/a"),
+        ("n/a", "25.0%"),  # the queued share is a share of samples, not of time
         ("80", "20.0%"),
     ]
 

@@ -447,8 +447,46 @@ def warning_lines(result: SimResult) -> list[str]:
         memory_warning(result.pools.get("memory")),
         rejection_warning(result.totals.get("requests"), result.pools, result.config),
         truncation_warning(result.workload),
+        overload_warning(result.totals),
     ]
     return [line for line in found if line]
+
+
+#: A run is overloaded when more than this share of its arrived requests (and more than
+#: :data:`OVERLOAD_MIN_WAITING`) were still waiting for admission when the last arrived.
+OVERLOAD_SHARE = 0.05
+OVERLOAD_MIN_WAITING = 10
+
+
+def overloaded(totals: object) -> tuple[int, int] | None:
+    """``(waiting when the last request arrived, peak queue)`` of an overloaded run (its
+    queue never drained while requests kept arriving), else ``None``."""
+    if not isinstance(totals, dict):
+        return None
+    queue, requests = totals.get("queue"), totals.get("requests")
+    if not isinstance(queue, dict) or not isinstance(requests, dict):
+        return None
+    waiting, arrived = queue.get("waiting_at_last_arrival"), requests.get("arrived")
+    if not isinstance(waiting, int) or not isinstance(arrived, int):
+        return None
+    if waiting <= max(OVERLOAD_MIN_WAITING, OVERLOAD_SHARE * arrived):
+        return None
+    peak = queue.get("peak_waiting")
+    return waiting, peak if isinstance(peak, int) else waiting
+
+
+def overload_warning(totals: object) -> str | None:
+    """A warning for an overloaded run (:func:`overloaded`), else ``None``."""
+    found = overloaded(totals)
+    if found is None:
+        return None
+    waiting, peak = found
+    return (
+        f"WARNING: overloaded: {waiting} requests were still waiting for admission when "
+        f"the last one arrived (peak {peak}): the queue grows as long as requests arrive, "
+        "so TTFT measures the queue, not the engine; lower the arrival rate, or give the "
+        "engine more batch slots or token budget"
+    )
 
 
 def truncation_warning(workload: object) -> str | None:

@@ -155,6 +155,12 @@ class Metrics:
     warm_requests_with_hit: int = 0
     warm_prompt_tokens: int = 0
     warm_hit_tokens: int = 0
+    # Saturation (docs/REPORTS.md): samples taken, those with requests waiting for
+    # admission, the longest queue, and the queue when the last request arrived.
+    samples: int = 0
+    samples_queued: int = 0
+    peak_waiting: int = 0
+    waiting_at_last_arrival: int = 0
     ttft_s: array[float] = field(default_factory=lambda: array("d"))
     series: dict[str, list[float | int | None]] = field(
         default_factory=lambda: {column: [] for column in SERIES_COLUMNS}
@@ -205,6 +211,9 @@ class Metrics:
         )
         window = sorted(self.ttft_s[self._window_start :])
         self._window_start = len(self.ttft_s)
+        self.samples += 1
+        if gauges.waiting:
+            self.samples_queued += 1
         row: dict[str, float | int | None] = {
             "t_s": now_s,
             "step": step,
@@ -306,6 +315,11 @@ class Metrics:
             },
             "checkpoint_slots_in_use_final": final.checkpoint_slots_in_use,
             "ttft": self.ttft_summary(),
+            "queue": {
+                "queued_share": self.samples_queued / self.samples if self.samples else None,
+                "peak_waiting": self.peak_waiting,
+                "waiting_at_last_arrival": self.waiting_at_last_arrival,
+            },
             "compute_busy_s": self.compute_busy_s,
             "copy_busy_s": self.copy_busy_s,
         }

@@ -30,7 +30,7 @@ from sim.engine.scheduler import Engine, StepPlan
 from sim.engine.sequence import Phase, Seq
 
 #: ``totals`` keys that only a timed run has; a replay's result leaves them out.
-TIMING_TOTALS = ("sim_time_s", "ttft", "compute_busy_s", "copy_busy_s")
+TIMING_TOTALS = ("sim_time_s", "ttft", "queue", "compute_busy_s", "copy_busy_s")
 #: ``series`` columns that only a timed run has.
 TIMING_SERIES = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s")
 

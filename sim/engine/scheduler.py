@@ -329,6 +329,10 @@ class Engine:
             self._wake()
             return
         self.waiting.append(seq)
+        metrics = self.metrics
+        metrics.waiting_at_last_arrival = queued = len(self.waiting)
+        if queued > metrics.peak_waiting:
+            metrics.peak_waiting = queued
         self._wake()
 
     def _engine(self) -> ProcessGenerator:

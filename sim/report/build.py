@@ -145,7 +145,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         "TTFT p50 (s)",
         "TTFT p99 (s)",
         "output tok/s",
-        "compute busy",
+        "queued",
         *(["spec accepted"] if speculative else []),
         MEMORY_COLUMN,
         "lockstep ok",
@@ -179,7 +179,7 @@ def table(rows: Sequence[Row]) -> list[str]:
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
             _fmt(_ratio(_delivered_output(row), row.total("sim_time_s")), ".0f"),
-            _percent(_ratio(row.total("compute_busy_s"), row.total("sim_time_s"))),
+            _percent(row.total("queue", "queued_share")),
             *(
                 [
                     _percent(
@@ -425,6 +425,15 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
         lines.append(
             "- **admitted no request** (every request rejected, e.g. a KV pool too small for "
             "one prompt; hit rates n/a, not drawn): " + ", ".join(admitted_none)
+        )
+    from sim.engine.command import overloaded
+
+    heavy = [row.file for row in rows if overloaded(row.data.get("totals"))]
+    if heavy:
+        lines.append(
+            "- **overloaded** (the admission queue never drained while requests arrived: "
+            "TTFT measures the queue, and the hit rates a system no engine would run): "
+            + ", ".join(heavy)
         )
     filling = still_filling(rows)
     if filling:
