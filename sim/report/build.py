@@ -30,7 +30,7 @@ SUMMARY = "summary.md"
 #: The figures' file stems, in report order: the keys of
 #: :data:`sim.report.figures.FIGURES`, here so that checking the output paths does not
 #: import matplotlib.
-FIGURE_STEMS = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft")
+FIGURE_STEMS = ("hit_rate_vs_pool", "over_time", "evictions", "flops_ttft", "load")
 
 __all__ = [
     "FIGURES_DIR",

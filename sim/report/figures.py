@@ -33,6 +33,7 @@ from sim.report.data import (
     natural_key,
     varying_axes,
 )
+from sim.report.load_figure import figure_load
 from sim.report.stats import mean_interval
 
 #: Resolution of every figure (fixed, so the PNG bytes are too).
@@ -818,6 +819,7 @@ FIGURES: dict[str, tuple[str, FigureMaker]] = {
     "over_time": ("Hit rate and checkpoint memory over time", figure_over_time),
     "evictions": ("Evictions by reason", figure_evictions),
     "flops_ttft": ("FLOPs saved and modeled TTFT", figure_flops_ttft),
+    "load": ("TTFT and throughput vs arrival rate", figure_load),
 }
 
 
