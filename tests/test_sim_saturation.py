@@ -58,3 +58,22 @@ def test_the_overload_threshold() -> None:
 def test_a_replay_has_no_queue() -> None:
     replay = run_simulation(SimConfig(mode="replay"), chat_at(1.0, 20)).totals
     assert "queue" not in replay
+
+
+def test_a_batch_workload_gets_a_makespan_column() -> None:
+    """Every request at t = 0 (trace arrivals): the table shows the seconds to finish
+    them all; an open-loop run has no such column."""
+    from sim.report.build import makespan, table
+    from sim.report.data import Row
+
+    stream, _ = build_workload(
+        "few_shot_branching", 30, 0, arrivals={"kind": "trace", "times_s": [0.0] * 30}
+    )
+    result = run_simulation(ENGINE, list(stream()))
+    assert result.totals["arrivals"] == {"first_s": 0.0, "last_s": 0.0}
+    row = Row("batch.json", result.to_dict())
+    assert makespan(row) == result.totals["sim_time_s"]
+    header = table([row])[0]
+    assert "makespan (s)" in header
+    open_loop = Row("open.json", run_simulation(ENGINE, chat_at(1.0, 20)).to_dict())
+    assert makespan(open_loop) is None and "makespan" not in table([open_loop])[0]

@@ -157,6 +157,8 @@ class Metrics:
     warm_hit_tokens: int = 0
     # Saturation (docs/REPORTS.md): samples taken, those with requests waiting for
     # admission, the longest queue, and the queue when the last request arrived.
+    first_arrival_s: float | None = None
+    last_arrival_s: float | None = None
     samples: int = 0
     samples_queued: int = 0
     peak_waiting: int = 0
@@ -315,6 +317,7 @@ class Metrics:
             },
             "checkpoint_slots_in_use_final": final.checkpoint_slots_in_use,
             "ttft": self.ttft_summary(),
+            "arrivals": {"first_s": self.first_arrival_s, "last_s": self.last_arrival_s},
             "queue": {
                 "queued_share": self.samples_queued / self.samples if self.samples else None,
                 "peak_waiting": self.peak_waiting,

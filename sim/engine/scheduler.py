@@ -320,7 +320,11 @@ class Engine:
     def _arrive(self, index: int, request: RequestLike, arrival_s: float) -> None:
         seq = Seq(request, index, len(request.prompt), max(1, request.output_tokens))
         seq.arrival_s = arrival_s
-        self.metrics.requests_arrived += 1
+        metrics = self.metrics
+        metrics.requests_arrived += 1
+        if metrics.first_arrival_s is None:
+            metrics.first_arrival_s = arrival_s
+        metrics.last_arrival_s = arrival_s
         need = seq.prompt_len + seq.output_tokens + self.config.spec_tokens + self._block
         if seq.prompt_len < 1 or need > self._max_tokens:
             seq.phase = Phase.DONE

@@ -128,6 +128,7 @@ def table(rows: Sequence[Row]) -> list[str]:
     """The summary's results table, one line per result."""
     axes = table_axes(rows)
     speculative = any(row.total("speculative", "proposed") for row in rows)
+    batch = any(makespan(row) is not None for row in rows)
     headers = [
         "file",
         "policy (placement × eviction)",
@@ -145,6 +146,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         "TTFT p50 (s)",
         "TTFT p99 (s)",
         "output tok/s",
+        *(["makespan (s)"] if batch else []),
         "queued",
         *(["spec accepted"] if speculative else []),
         MEMORY_COLUMN,
@@ -179,6 +181,7 @@ def table(rows: Sequence[Row]) -> list[str]:
             _fmt(row.total("ttft", "p50_s"), ".4f"),
             _fmt(row.total("ttft", "p99_s"), ".4f"),
             _fmt(_ratio(_delivered_output(row), row.total("sim_time_s")), ".0f"),
+            *([_fmt(makespan(row), ".3f")] if batch else []),
             _percent(row.total("queue", "queued_share")),
             *(
                 [
@@ -197,6 +200,16 @@ def table(rows: Sequence[Row]) -> list[str]:
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
+
+
+def makespan(row: Row) -> float | None:
+    """Seconds from the arrival of a batch workload (every request arriving at once) to
+    the last request finished; ``None`` for any other run (or one without the times)."""
+    first, last = row.total("arrivals", "first_s"), row.total("arrivals", "last_s")
+    end, arrived = row.total("sim_time_s"), row.total("requests", "arrived")
+    if first is None or last is None or end is None or not arrived or arrived < 2:
+        return None
+    return end - first if first == last else None
 
 
 def _warm_cell(row: Row) -> str:
