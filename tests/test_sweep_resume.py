@@ -143,10 +143,19 @@ requests = 4000
 """
 
 
+#: Runs ``hyckpt`` with Ctrl-C's default action: a shell starts background jobs (a test
+#: run with ``&``) with SIGINT ignored, children inherit that, and Python then installs no
+#: KeyboardInterrupt handler. (An exec keeps the default set here.)
+WITH_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def hyckpt(*args: str) -> list[str]:
     script = Path(sys.executable).parent / "hyckpt"
     if script.exists():
-        return [str(script), *args]
+        return [sys.executable, "-c", WITH_SIGINT, str(script), *args]
     return [sys.executable, "-c", "from sim._entry import run; run()", *args]
 
 
@@ -189,7 +198,11 @@ def start_sweep(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     command = hyckpt("sweep", str(path), "--workers", "2", "--out", str(out), "--quiet")
     # A session of its own: a Ctrl-C reaches the whole process group, workers included.
     process = subprocess.Popen(
-        command, stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
     )
     results = out / "slow" / "results"
     wait_for(lambda: len(children(process.pid)) >= 2, 60, "two pool workers")
@@ -235,7 +248,11 @@ def test_ctrl_c_while_starting_up_is_one_line_and_exit_130(tmp_path: Path) -> No
     """``hyckpt check`` imports torch while it starts: a Ctrl-C then is no traceback."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        hyckpt("check"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        hyckpt("check"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     time.sleep(0.4)
     process.send_signal(signal.SIGINT)
