@@ -333,7 +333,6 @@ class Engine:
             self._wake()
             return
         self.waiting.append(seq)
-        metrics = self.metrics
         metrics.waiting_at_last_arrival = queued = len(self.waiting)
         if queued > metrics.peak_waiting:
             metrics.peak_waiting = queued
@@ -672,10 +671,7 @@ class Engine:
             seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
         self.checker.request_id = request.request_id
         if seq.admissions == 0:
-            evictions = self._cache_evictions()
-            if self.alpha_tuner is not None:
-                self.alpha_tuner.before_lookup(self.metrics.requests_admitted, evictions)
-            self._check_warm(seq, evictions)
+            self._before_first_lookup(seq)
         present = self.pool.match(seq.digests)
         hit = reconcile(
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
@@ -1016,11 +1012,21 @@ class Engine:
                 register(blocks[i], digests[i])
             seq.registered = full
 
-    def _check_warm(self, seq: Seq, evictions: int) -> None:
-        """Whether ``seq`` (about to be admitted for the first time) counts after warm-up:
-        from the first request admitted once the cache has evicted to make room (it is
-        full), or after ``warmup_requests`` admitted requests when that is set."""
-        metrics = self.metrics
+    def _before_first_lookup(self, seq: Seq) -> None:
+        """``seq`` is about to look up for the first time: tell the alpha tuner how many
+        requests came before it while the cache had not yet evicted, and mark ``seq`` as
+        counting after warm-up — from the first request admitted once the cache has
+        evicted to make room (it is full), or after ``warmup_requests`` admitted requests
+        when that is set. The eviction count is read only while one of them needs it."""
+        metrics, tuner = self.metrics, self.alpha_tuner
+        tuning = tuner is not None and tuner.requests_before_first_eviction is None
+        if metrics.warm_from_request is not None and not tuning:
+            seq.after_warmup = True
+            return
+        evictions = self._cache_evictions()
+        if tuning:
+            assert tuner is not None
+            tuner.before_lookup(metrics.requests_admitted, evictions)
         if metrics.warm_from_request is None:
             limit = self.config.warmup_requests
             full = evictions > 0 if limit is None else metrics.requests_admitted >= limit

@@ -212,27 +212,23 @@ def makespan(row: Row) -> float | None:
     return end - first if first == last else None
 
 
+def _filling(row: Row) -> bool:
+    """Whether the run's cache never filled (``after_warmup.from_request`` null)."""
+    warm = row._get("totals", "after_warmup")
+    return isinstance(warm, dict) and warm.get("from_request") is None
+
+
 def _warm_cell(row: Row) -> str:
     """The token hit rate after warm-up, or ``filling`` when the cache never filled (no
     steady state), ``n/a`` for a result without the field."""
-    warm = row.data.get("totals", {}).get("after_warmup") if isinstance(row.data, dict) else None
-    if not isinstance(warm, dict):
-        return "n/a"
-    if warm.get("from_request") is None:
+    if _filling(row):
         return "filling"
-    rate = warm.get("token_hit_rate")
-    return _fmt(rate if isinstance(rate, int | float) else None, ".4f")
+    return _fmt(row.total("after_warmup", "token_hit_rate"), ".4f")
 
 
 def still_filling(rows: Sequence[Row]) -> list[str]:
     """Files of runs whose cache never filled (``after_warmup.from_request`` null)."""
-    found = []
-    for row in rows:
-        totals = row.data.get("totals") if isinstance(row.data, dict) else None
-        warm = totals.get("after_warmup") if isinstance(totals, dict) else None
-        if isinstance(warm, dict) and warm.get("from_request") is None:
-            found.append(row.file)
-    return found
+    return [row.file for row in rows if _filling(row)]
 
 
 def _delivered_output(row: Row) -> float | None:
