@@ -27,6 +27,15 @@ def add_progress_arguments(parser: argparse.ArgumentParser, *, quiet: str) -> No
     parser.add_argument("--quiet", action="store_true", help=quiet)
 
 
+def shown_duration(seconds: float) -> str:
+    """A duration as a person reads it: ``45 s``, ``12 min``, ``3.5 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def show_progress(args: argparse.Namespace) -> bool:
     """Whether the command the options ``args`` describe shows progress bars."""
     if getattr(args, "quiet", False):

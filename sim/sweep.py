@@ -45,7 +45,7 @@ from reference.errors import InvalidConfigError
 from sim.engine.config import MAX_SEED
 from sim.engine.result import finite_json
 from sim.outputs import OutputPathError, check_output_dir, write_text_atomic
-from sim.progress import add_progress_arguments, show_progress
+from sim.progress import add_progress_arguments, show_progress, shown_duration
 from sim.report import RESULTS_DIR, build_report, check_report_output, git_revision
 from sim.report.build import remove_temporaries
 from sim.report.data import SEED_AXIS, axis_name
@@ -235,8 +235,8 @@ class _Progress:
             elapsed = time.perf_counter() - self._started
             left = elapsed / self.done * (self.total - self.done)
             line = (
-                f"sweep: {self.done} of {self.total} runs done in {_duration(elapsed)}; "
-                f"about {_duration(left)} left"
+                f"sweep: {self.done} of {self.total} runs done in {shown_duration(elapsed)}; "
+                f"about {shown_duration(left)} left"
             )
             if self._bar is not None:
                 tqdm.write(line, file=sys.stderr)
@@ -246,14 +246,6 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 @contextmanager

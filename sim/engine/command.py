@@ -41,7 +41,7 @@ from sim.engine.sequence import RequestLike
 from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload
 from sim.outputs import check_output_file, write_text_atomic
-from sim.progress import add_progress_arguments, show_progress
+from sim.progress import add_progress_arguments, show_progress, shown_duration
 
 #: ``--checkpoint-gib``'s default (the default checkpoint budget, in GiB).
 DEFAULT_CHECKPOINT_GIB = SimConfig().checkpoint_budget_bytes / GIB
@@ -556,14 +556,6 @@ def prompt_lengths(
     return lengths
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def work_warning(
     backend: str,
     lengths: Sequence[int],
@@ -592,7 +584,7 @@ def work_warning(
     return (
         f"WARNING: the {backend} backend runs the tiny model on real tensors, about "
         f"{REAL_TOKENS_PER_S} prompt tokens a second; these {len(lengths)} requests hold "
-        f"{tokens} prompt tokens: up to about {_duration(tokens / REAL_TOKENS_PER_S)} "
+        f"{tokens} prompt tokens: up to about {shown_duration(tokens / REAL_TOKENS_PER_S)} "
         f"(less what prefix hits save). {shorter}{other}"
     )
 
