@@ -1,7 +1,8 @@
 """``hyckpt sizes``: checkpoint sizes of real hybrid models (:mod:`reference.sizes`).
 
 Prints, for every model of :data:`reference.sizes.MODELS` (or those named with
-``--model``), its layers by kind, the recurrent bytes one sequence carries, the paged KV
+``--model``, or described in a ``--model-file``: :mod:`sim.scenarios.model_table`), its
+layers by kind, the recurrent bytes one sequence carries, the paged KV
 bytes one token adds, the bytes of one snapshot slot on each axis, and their ratio: how many
 tokens of KV one recurrent checkpoint costs. ``--json`` prints the same as JSON.
 
@@ -51,6 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only this model (repeatable; default: every model)",
     )
     parser.add_argument(
+        "--model-file",
+        action="append",
+        metavar="FILE",
+        help="a model of your own: a TOML file with one [model] table describing it "
+        "(repeatable; docs/SIZES.md, 'Your own model'); with --model, both are shown",
+    )
+    parser.add_argument(
+        "--tensor-parallel",
+        type=int,
+        default=1,
+        metavar="TP",
+        help="show one GPU's share of a deployment over TP GPUs (heads split TP ways; default: 1)",
+    )
+    parser.add_argument(
         "--draft",
         action="store_true",
         help="serve a draft head: add the boundary hidden row to the recurrent axis and the "
@@ -74,12 +89,23 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         reference.errors.InvalidConfigError: unknown model name, dtype or bad block size.
     """
     from reference import sizes
+    from reference.errors import InvalidConfigError
+    from sim.engine.deployment import MAX_PARALLEL, shard_model
 
     stream = sys.stdout if out is None else out
     sizes.check_block_size(args.block_size)
-    models = [sizes.get_model(name) for name in args.model] if args.model else None
-    if models is None:
+    models = [sizes.get_model(name) for name in args.model or ()]
+    if args.model_file:
+        from sim.scenarios.model_table import load_model_file
+
+        models.extend(load_model_file(path) for path in args.model_file)
+    if not models:
         models = list(sizes.MODELS.values())
+    tp = args.tensor_parallel
+    if not 1 <= tp <= MAX_PARALLEL:
+        raise InvalidConfigError(f"--tensor-parallel must be in [1, {MAX_PARALLEL}], got {tp}")
+    if tp > 1:
+        models = [shard_model(m, tp) for m in models]
     state_dtype = (
         None if args.ssm_state_dtype is None else sizes.dtype_from_name(args.ssm_state_dtype)
     )
@@ -107,9 +133,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     stream.write(format_table(models, args.block_size, args.draft, state_dtype))
     draft = "with" if args.draft else "without"
     dtype = args.ssm_state_dtype or "model default (bfloat16)"
+    share = f", one GPU's share of {tp} (tensor parallel)" if tp > 1 else ""
     stream.write(
         f"\nblock size {args.block_size} tokens, {draft} draft head, recurrent state dtype "
-        f"{dtype}; MiB = 2**20 bytes, KiB = 2**10 bytes.\n"
+        f"{dtype}{share}; MiB = 2**20 bytes, KiB = 2**10 bytes.\n"
         "KV tokens/ckpt = recurrent bytes per sequence / KV bytes per token.\n"
     )
     return 0

@@ -552,6 +552,7 @@ def test_simulate_options_reach_the_config() -> None:
     whole bytes)."""
     args = _simulate_args(
         *["--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--block-size", "32"],
+        *["--tensor-parallel", "4", "--pipeline-parallel", "1"],
         *["--token-budget", "4096", "--max-num-seqs", "64", "--kv-blocks", "5000"],
         *["--checkpoint-gib", "1.5", "--placement", "turns", "--eviction", "fifo"],
         *["--spec-tokens", "2", "--seed", "9", "--sessions", "open"],
@@ -559,6 +560,7 @@ def test_simulate_options_reach_the_config() -> None:
     )
     config = simulate_command.config_from_args(args)
     assert (config.model, config.gpu, config.block_size) == ("qwen3-next-80b-a3b", "h100", 32)
+    assert (config.tensor_parallel, config.pipeline_parallel) == (4, 1)
     assert (config.token_budget, config.max_num_seqs, config.kv_blocks) == (4096, 64, 5000)
     assert config.checkpoint_budget_bytes == 3 * 2**29 and config.checkpoint_slots is None
     assert (config.placement, config.eviction, config.spec_tokens) == ("turns", "fifo", 2)
@@ -767,26 +769,6 @@ def test_rejection_warning_threshold_and_wording() -> None:
         assert "+ 0 speculative tokens + one block exceed the KV pool (the KV pool) or" in unsized
     no_spec = warn({"arrived": 4, "rejected": 4}, pools, {})
     assert no_spec is not None and "+ 0 speculative tokens + one block" in no_spec
-
-
-def test_memory_warning_lists_the_plan_in_gib() -> None:
-    """A plan over the usable memory is a warning listing each part in GiB; a plan that
-    fits (or no plan) is none."""
-    plan = {
-        "weights_bytes": 16 * GIB,
-        "live_state_bytes": GIB // 2,
-        "checkpoint_pool_bytes": 3 * GIB,
-        "kv_pool_bytes": 100 * GIB,
-        "usable_bytes": 90 * GIB,
-        "overcommit_bytes": 29 * GIB + GIB // 2,
-    }
-    assert simulate_command.memory_warning(plan) == (
-        "WARNING: does not fit one GPU: weights 16.0, live state 0.5, checkpoint pool 3.0, "
-        "kv pool 100.0 GiB exceed the usable 90.0 GiB by 29.5 GiB (read the results as a "
-        "what-if, or as a model split over several GPUs)"
-    )
-    assert simulate_command.memory_warning({**plan, "overcommit_bytes": 0}) is None
-    assert simulate_command.memory_warning(None) is None
 
 
 @pytest.mark.parametrize("backend", ["reference", "gpu", "external"])

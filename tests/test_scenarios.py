@@ -290,12 +290,12 @@ def test_run_warnings_reach_stderr_under_quiet(
         tmp_path,
         TINY.replace("checkpoint_slots = 16", "checkpoint_slots = 16\nkv_blocks = 4194304"),
     )
-    assert main(["run", str(huge), "--quiet"]) == 0
+    # A plan that does not fit the GPU is no warning after the run: it is refused before.
+    assert main(["run", str(huge), "--quiet"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "WARNING: does not fit one GPU" in err
-    assert main(["run", str(huge)]) == 0
-    out, err = capsys.readouterr()
-    assert "does not fit one GPU" in err and "does not fit one GPU" not in out  # once
+    assert out == "" and err.startswith("hyckpt: error: ")
+    assert "deployment.tensor_parallel" in err and "does not fit one h200 GPU" in err
+    assert "kv_blocks=4194304 set explicitly" in err
 
 
 def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -396,6 +396,10 @@ def test_docs_describe_every_key() -> None:
             assert f"| `{key}` |" in text, f"{table}.{key}"
     for key in EXPECTATIONS:
         assert f"`{key}`" in text, key
+    from sim.scenarios.model_table import ALIASES, DESCRIPTION_KEYS
+
+    for key in [*DESCRIPTION_KEYS, *ALIASES]:
+        assert f"`{key}`" in text, f"model description key {key}"
     for path in scenario_paths():
         assert f"`{path.name}`" in text, path.name
 
@@ -958,7 +962,7 @@ def test_file_level_errors_name_the_file(tmp_path: Path) -> None:
             "[workload.x]\n",
             "workload.x",
             "a key of [workload] (generator, trace, trace_format, trace_block_size, sessions, "
-            "requests, params)",
+            "requests, mix, params)",
         ),
     ],
 )
@@ -1052,7 +1056,7 @@ def test_workload_is_a_generator_or_a_trace(tmp_path: Path) -> None:
     both = MINIMAL.replace("requests = 1", 'requests = 1\ntrace = "t.jsonl"')
     error = load_error(tmp_path, both)
     assert (error.key, error.value) == ("workload.generator", "chat")
-    assert error.expected == "exactly one of workload.generator and workload.trace"
+    assert error.expected == "exactly one of workload.generator, workload.trace and workload.mix"
     error = load_error(tmp_path, MINIMAL.replace('generator = "chat"\n', ""))
     assert (error.key, error.value) == ("workload.generator", None)
     traced = MINIMAL.replace('generator = "chat"', 'trace = "t.jsonl"')

@@ -325,9 +325,10 @@ def test_warnings_reach_stderr_under_quiet(capsys: pytest.CaptureFixture[str]) -
     assert out == ""
     assert "WARNING: 10 of 10 arrived requests (100%) were rejected" in err
     assert "exceed the KV pool (1 KV blocks x 16 tokens = 16 tokens)" in err
-    assert main([*quick, "--kv-blocks", str(2**22)]) == 0
+    # A plan that does not fit the GPU is refused before the run, not warned about after.
+    assert main([*quick, "--kv-blocks", str(2**22)]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "WARNING: does not fit one GPU" in err
+    assert out == "" and "does not fit one h200 GPU" in err and "kv_blocks=4194304" in err
     assert main([*quick[:-1], "--kv-blocks", "1"]) == 0
     out, err = capsys.readouterr()
     assert "were rejected" in err and "were rejected" not in out  # once, on stderr

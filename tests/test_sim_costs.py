@@ -17,8 +17,10 @@ from reference.sizes import (
     snapshot_slot_bytes,
 )
 from sim.engine import SimConfig, run_simulation
-from sim.engine.command import summary_lines, warning_lines
+from sim.engine.command import warning_lines
+from sim.engine.config import MEMORY_PARTS
 from sim.engine.costs import GPU_PRESETS, CostModel, get_gpu
+from sim.engine.deployment import PlanDoesNotFitError
 from tests.test_sim_doubles import make_request
 
 
@@ -119,21 +121,26 @@ def test_with_a_draft_head_the_kv_pool_counts_its_paired_draft_pages() -> None:
     assert result.pools["kv_pool_bytes"] == plan["kv_pool_bytes"]
 
 
-def test_configurations_that_do_not_fit_are_reported_not_hidden() -> None:
-    """qwen3-next's 160 GB of bf16 weights do not fit a B200's usable 162 GB with the
-    default checkpoint pool: the KV pool is floored at one token budget, and the plan and
-    the run's summary say by how much memory is overcommitted."""
-    config = SimConfig(model="qwen3-next-80b-a3b", gpu="b200", max_num_seqs=8)
-    plan = config.memory_plan()
-    assert config.kv_capacity() == config.token_budget // config.block_size + 1
-    assert plan["overcommit_bytes"] > 0
-    result = run_simulation(config, [make_request("a", 0.0, range(40))])
-    assert result.pools["memory"] == plan
-    assert not [line for line in summary_lines(result) if "WARNING" in line]  # on stderr
-    (warning,) = [line for line in warning_lines(result) if line.startswith("WARNING")]
-    assert "does not fit one GPU" in warning and "weights 149.0" in warning
-    fits = run_simulation(SimConfig(), [make_request("a", 0.0, range(40))])
-    assert not warning_lines(fits)
+def test_a_plan_that_does_not_fit_its_gpus_is_refused_with_the_numbers() -> None:
+    """qwen3-next's 160 GB of bf16 weights do not fit a B200's usable 162 GiB beside the
+    default checkpoint pool and a token budget of KV pages: the configuration is refused
+    before any run, naming each part in GiB and the smallest tensor-parallel size that
+    fits; on two GPUs each holds half the weights and the run goes ahead."""
+    with pytest.raises(PlanDoesNotFitError) as caught:
+        SimConfig(model="qwen3-next-80b-a3b", gpu="b200", max_num_seqs=8)
+    message = str(caught.value)
+    assert "does not fit one b200 GPU" in message and "weights 149.01 GiB" in message
+    assert "tensor_parallel = 2 fits" in message and caught.value.fits == 2
+    plan = caught.value.plan
+    assert (
+        plan["overcommit_bytes"] == sum(plan[part] for part in MEMORY_PARTS) - plan["usable_bytes"]
+    )
+    two = SimConfig(model="qwen3-next-80b-a3b", gpu="b200", max_num_seqs=8, tensor_parallel=2)
+    assert two.memory_plan()["weights_bytes"] == 80 * 10**9  # half of 80B params x 2 bytes
+    result = run_simulation(two, [make_request("a", 0.0, range(40))])
+    assert result.pools["memory"] == two.memory_plan()
+    assert result.pools["memory"]["overcommit_bytes"] == 0
+    assert not warning_lines(result)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

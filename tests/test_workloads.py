@@ -41,6 +41,7 @@ from sim.workloads import (
     Poisson,
     Prompt,
     Request,
+    RetrievalConfig,
     SegmentIds,
     SharedSystemPromptConfig,
     TimeDist,
@@ -62,6 +63,7 @@ from sim.workloads import (
     mix,
     mooncake_trace,
     multi_turn_chat,
+    retrieval_qa,
     segment_token,
     segment_tokens,
     shared_system_prompt,
@@ -88,6 +90,9 @@ SMALL: dict[str, Callable[[int], Workload]] = {
     ),
     "long_document_qa": lambda seed: long_document_qa(
         seed, DocumentQAConfig(num_requests=100, num_documents=3)
+    ),
+    "retrieval_qa": lambda seed: retrieval_qa(
+        seed, RetrievalConfig(num_requests=100, num_chunks=20, system_prompt_tokens=32)
     ),
     "jsonl_trace": lambda seed: jsonl_trace(SESSION_TRACE),
     "mooncake_trace": lambda seed: mooncake_trace(MOONCAKE_TRACE),

@@ -28,7 +28,6 @@ from sim.engine.config import (
     MAX_BUDGET_BYTES,
     MAX_SEED,
     MEMORY_MODES,
-    MEMORY_PARTS,
     MODES,
     Faults,
     SimConfig,
@@ -84,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "--trace-format",
         choices=TRACE_FORMATS,
         help="with --trace: sessions (default): session_id/turn_id/ts/input_tokens/"
-        "output_tokens; mooncake: timestamp/input_length/output_length/hash_ids",
+        "output_tokens; mooncake: timestamp/input_length/output_length/hash_ids; "
+        "marconi: token ids per request, as Marconi's trace generators write them",
     )
     parser.add_argument(
         "--trace-block-size",
@@ -145,7 +145,28 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         help="model whose sizes and FLOPs are priced (default: %(default)s)",
     )
     parser.add_argument(
+        "--model-file",
+        metavar="FILE",
+        help="price a model of your own instead: a TOML file with one [model] table "
+        "(docs/SIZES.md, 'Your own model'; replaces --model; default: none)",
+    )
+    parser.add_argument(
         "--gpu", default=defaults.gpu, choices=list(GPU_PRESETS), help="GPU (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tensor-parallel",
+        type=int,
+        default=defaults.tensor_parallel,
+        metavar="TP",
+        help="GPUs each layer is split over by heads; memory is planned per GPU "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pipeline-parallel",
+        type=int,
+        default=defaults.pipeline_parallel,
+        metavar="PP",
+        help="pipeline stages, one GPU each (default: %(default)s)",
     )
     parser.add_argument(
         "--block-size",
@@ -286,6 +307,8 @@ OPTION_OF_FIELD = {
     "cache_generated": "--cache-generated",
     "memory": "--memory",
     "cache_budget_bytes": "--cache-gib",
+    "tensor_parallel": "--tensor-parallel",
+    "pipeline_parallel": "--pipeline-parallel",
 }
 
 
@@ -322,10 +345,15 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         InvalidConfigError: a bad option or combination, named by its option.
     """
     check_args(args)
+    from sim.scenarios.model_table import load_model_file
+
     try:
         return SimConfig(
             model=args.model,
+            model_sizes=None if args.model_file is None else load_model_file(args.model_file),
             gpu=args.gpu,
+            tensor_parallel=args.tensor_parallel,
+            pipeline_parallel=args.pipeline_parallel,
             block_size=args.block_size,
             token_budget=args.token_budget,
             max_num_seqs=args.max_num_seqs,
@@ -441,10 +469,11 @@ def summary_lines(result: SimResult) -> list[str]:
 
 
 def warning_lines(result: SimResult) -> list[str]:
-    """What a reader of the numbers must know: the run does not fit one GPU
-    (:func:`memory_warning`), or it rejected many requests (:func:`rejection_warning`)."""
+    """What a reader of the numbers must know: it rejected many requests
+    (:func:`rejection_warning`), its trace was cut, or it was overloaded. (A plan that
+    does not fit its GPUs is refused before the run:
+    :class:`~sim.engine.deployment.PlanDoesNotFitError`.)"""
     found = [
-        memory_warning(result.pools.get("memory")),
         rejection_warning(result.totals.get("requests"), result.pools, result.config),
         truncation_warning(result.workload),
         overload_warning(result.totals),
@@ -525,21 +554,6 @@ def rejection_warning(requests: object, pools: object, config: object) -> str | 
         f"rejected: a request is rejected on arrival when its prompt + output tokens + "
         f"{spec} speculative tokens + one block exceed the KV pool ({pool}) or its prompt "
         "is empty; give more KV blocks (--kv-blocks, cache.kv_blocks) or shorter requests"
-    )
-
-
-def memory_warning(plan: object) -> str | None:
-    """A warning when a run's memory plan exceeds one GPU's usable memory, else ``None``."""
-    if not isinstance(plan, dict) or not plan.get("overcommit_bytes"):
-        return None
-    parts = ", ".join(
-        f"{name.removesuffix('_bytes').replace('_', ' ')} {plan[name] / GIB:.1f}"
-        for name in MEMORY_PARTS
-    )
-    return (
-        f"WARNING: does not fit one GPU: {parts} GiB exceed the usable "
-        f"{plan['usable_bytes'] / GIB:.1f} GiB by {plan['overcommit_bytes'] / GIB:.1f} GiB "
-        "(read the results as a what-if, or as a model split over several GPUs)"
     )
 
 

@@ -18,8 +18,9 @@ from reference.buffer_habits import habits_named
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
-from reference.sizes import get_model
-from sim.engine.costs import CostModel, get_gpu
+from reference.sizes import ModelSizes, describe_model, get_model
+from sim.engine.costs import GIB, CostModel, get_gpu
+from sim.engine.deployment import MAX_PARALLEL, Deployment, PlanDoesNotFitError, shard_model
 
 #: How memory is split between cached KV blocks and checkpoint slots.
 MEMORY_MODES = ("split", "unified")
@@ -176,8 +177,16 @@ class SimConfig:
     """One simulated serving engine.
 
     Attributes:
-        model: real model priced by the cost model (:data:`reference.sizes.MODELS`).
+        model: real model priced by the cost model (:data:`reference.sizes.MODELS`), or the
+            name of ``model_sizes``.
+        model_sizes: a model described by the planner (``[model]`` in a scenario,
+            :mod:`sim.scenarios.model_table`); ``None`` = the preset ``model`` names. When
+            set, ``model`` becomes its name.
         gpu: GPU preset (:data:`sim.engine.costs.GPU_PRESETS`).
+        tensor_parallel, pipeline_parallel: GPUs of the deployment
+            (:mod:`sim.engine.deployment`); every memory figure (budgets, pools, the memory
+            plan) is per GPU.
+        allreduce_latency_s, link_efficiency: the deployment's communication costs.
         block_size: tokens per KV page ``B``.
         hash_unit: hash unit ``h`` of the checkpoint index (divides ``B``); ``None`` = ``B``.
         token_budget: tokens scheduled per step (decode first, then prefill chunks).
@@ -253,6 +262,11 @@ class SimConfig:
 
     model: str = "nemotron-h-8b"
     gpu: str = "h200"
+    model_sizes: ModelSizes | None = None
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    allreduce_latency_s: float = 10e-6
+    link_efficiency: float = 0.8
     block_size: int = 16
     hash_unit: int | None = None
     token_budget: int = 8192
@@ -292,8 +306,24 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         owner = "SimConfig"
-        get_model(self.model)
+        if self.model_sizes is not None:
+            if not isinstance(self.model_sizes, ModelSizes):
+                raise InvalidConfigError(
+                    f"SimConfig.model_sizes must be a ModelSizes, got {self.model_sizes!r}"
+                )
+            object.__setattr__(self, "model", self.model_sizes.name)
+        else:
+            get_model(self.model)
         get_gpu(self.gpu)
+        _check_int(owner, "tensor_parallel", self.tensor_parallel, 1, MAX_PARALLEL)
+        _check_int(owner, "pipeline_parallel", self.pipeline_parallel, 1, MAX_PARALLEL)
+        _check_float(owner, "allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0)
+        if not _check_float(owner, "link_efficiency", self.link_efficiency, 0.0, 1.0) > 0:
+            raise InvalidConfigError("SimConfig.link_efficiency must be > 0")
+        try:
+            shard_model(self.sizes(), self.tensor_parallel, self.pipeline_parallel)
+        except InvalidConfigError as error:
+            raise InvalidConfigError(f"SimConfig: {error}") from None
         block = _check_int(owner, "block_size", self.block_size, 1, MAX_BLOCK_SIZE)
         unit = (
             block
@@ -415,6 +445,73 @@ class SimConfig:
         self.costs()  # validates the cost parameters
         if self.checkpoint_slots is None and self.memory == "split" and not self.checkpoint_share:
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
+        self._check_fits()
+
+    def _check_fits(self) -> None:
+        """Refuse a plan whose weights, live state and pools exceed one GPU's memory."""
+        plan = self.memory_plan()
+        if not plan["overcommit_bytes"]:
+            return
+        fits = self._smallest_tensor_parallel()
+        parts = ", ".join(
+            f"{part.removesuffix('_bytes').replace('_', ' ')} {plan[part] / GIB:.2f} GiB"
+            for part in MEMORY_PARTS
+        )
+        gpus = self.tensor_parallel * self.pipeline_parallel
+        where = (
+            f"one {self.gpu} GPU"
+            if gpus == 1
+            else f"each of {gpus} {self.gpu} GPUs (tensor_parallel={self.tensor_parallel}, "
+            f"pipeline_parallel={self.pipeline_parallel})"
+        )
+        advice = (
+            f"tensor_parallel = {fits} fits"
+            if fits is not None
+            else "no tensor_parallel up to 8 fits this configuration"
+        )
+        kv_note = (
+            f" (kv_blocks={self.kv_blocks} set explicitly)"
+            if self.kv_blocks is not None
+            else f" (at least one token_budget of pages: {self.token_budget} tokens)"
+        )
+        raise PlanDoesNotFitError(
+            f"{self.model} does not fit {where}: {parts}{kv_note} need "
+            f"{(plan['usable_bytes'] + plan['overcommit_bytes']) / GIB:.2f} GiB of the "
+            f"{plan['usable_bytes'] / GIB:.2f} GiB usable ({GPU_MEMORY_UTILIZATION:.0%} of "
+            f"{plan['gpu_bytes'] / GIB:.0f} GiB); {advice} ([deployment], docs/SIMULATION.md), "
+            "or shrink the pools (cache.kv_blocks, cache.checkpoint_budget_bytes, "
+            "engine.max_num_seqs)",
+            plan,
+            fits,
+        )
+
+    def _smallest_tensor_parallel(self) -> int | None:
+        """The smallest ``tensor_parallel`` (1, 2, 4, 8; pipeline stages kept) that fits."""
+        for tp in (1, 2, 4, 8):
+            if tp <= self.tensor_parallel:
+                continue
+            try:
+                trial = dataclasses.replace(self, tensor_parallel=tp)
+            except PlanDoesNotFitError:
+                continue
+            except InvalidConfigError:  # tp does not divide the heads
+                continue
+            if not trial.memory_plan()["overcommit_bytes"]:
+                return tp
+        return None
+
+    def sizes(self) -> ModelSizes:
+        """The model priced: ``model_sizes``, else the preset ``model`` names."""
+        return self.model_sizes if self.model_sizes is not None else get_model(self.model)
+
+    def deployment(self) -> Deployment:
+        """The GPUs serving the model (:mod:`sim.engine.deployment`)."""
+        return Deployment(
+            tensor_parallel=self.tensor_parallel,
+            pipeline_parallel=self.pipeline_parallel,
+            allreduce_latency_s=self.allreduce_latency_s,
+            link_efficiency=self.link_efficiency,
+        )
 
     def _pool_sizes_set(self) -> list[str]:
         """The split pools' own sizes this configuration sets (field names)."""
@@ -522,7 +619,7 @@ class SimConfig:
 
     def costs(self) -> CostModel:
         """The cost model of this configuration."""
-        model = get_model(self.model)
+        model = self.sizes()
         return CostModel(
             model,
             get_gpu(self.gpu),
@@ -536,6 +633,7 @@ class SimConfig:
             copy_efficiency=self.copy_efficiency,
             step_overhead_s=self.step_overhead_s,
             copy_launch_s=self.copy_launch_s,
+            deployment=self.deployment(),
         )
 
     def placement_arguments(self) -> dict[str, Any]:
@@ -611,18 +709,21 @@ class SimConfig:
         }
 
     def memory_plan(self) -> dict[str, int]:
-        """What the run keeps in GPU memory against what one GPU offers, bytes.
+        """What the run keeps in one GPU's memory against what that GPU offers, bytes
+        (with ``tensor_parallel`` or ``pipeline_parallel``, every GPU holds its share).
 
         ``usable_bytes`` is ``0.9 * memory_bytes`` (vLLM's default
         ``gpu_memory_utilization``); ``overcommit_bytes`` is how far weights, live
         recurrent state, the checkpoint pool and the KV pool exceed it (0 when they fit).
-        A positive overcommit means the configuration does not fit on one GPU of the
-        preset: an explicit ``kv_blocks`` (a what-if, or a model split over several
-        GPUs), or weights too large for the preset.
+        A configuration whose plan overcommits is refused when built
+        (:class:`~sim.engine.deployment.PlanDoesNotFitError`, which names the smallest
+        ``tensor_parallel`` that fits), so a run's plan always has ``overcommit_bytes`` 0;
+        result files written before that rule may carry a positive one.
         """
         costs = self.costs()
         gpu = get_gpu(self.gpu)
         plan = {
+            "gpus": self.tensor_parallel * self.pipeline_parallel,
             "gpu_bytes": gpu.memory_bytes,
             "usable_bytes": int(gpu.memory_bytes * GPU_MEMORY_UTILIZATION),
             **self._fixed_memory_bytes(),
@@ -642,6 +743,8 @@ class SimConfig:
             for key, value in self.placement_arguments().items()
         }
         data["eviction_params"] = dict(self.eviction_params)
+        if self.model_sizes is not None:
+            data["model_sizes"] = describe_model(self.model_sizes)
         return data
 
 

@@ -8,7 +8,13 @@ operations (a multiply-add counts 2), tokens are tokens.
 
 **Compute stream.** One engine step runs the whole batch as one forward pass::
 
-    step_s = max(flops / (peak_flops * mfu), bytes / (hbm_bytes_per_s * mbu)) + step_overhead_s
+    step_s = max(flops / (peak_flops * mfu * tp), pp * bytes / (hbm_bytes_per_s * mbu))
+             + step_overhead_s + sync_s(tokens)
+
+On one GPU (``tp = pp = 1``, the default) ``sync_s`` is 0. A deployment of ``tp × pp``
+GPUs (:mod:`sim.engine.deployment`, which states the all-reduce formula of ``sync_s``)
+shares each stage's FLOPs among ``tp`` GPUs and runs its ``pp`` stages one after another;
+``bytes`` are then one GPU's: its share of the weights, KV and recurrent state.
 
 - ``flops``: prefill chunk ``[s, e)`` costs ``prefill_flops(e) - prefill_flops(s)`` (token
   ``t`` attends to ``t`` keys, :func:`reference.sizes.prefill_flops`); a decode step of a
@@ -53,9 +59,12 @@ from reference.sizes import (
     resident_weight_bytes,
     step_weight_bytes,
 )
+from sim.engine.deployment import Deployment, activation_bytes, shard_model, sync_points
 
 TERA = 10**12
 """FLOP/s or bytes/s in a tera (decimal, as datasheets count)."""
+GIGA = 10**9
+"""Bytes/s in a giga (decimal)."""
 GIB = 2**30
 """Bytes in a GiB. Datasheets write HBM capacity as "GB", but HBM capacities are binary
 (an H100's 80 GB are five 16 GiB stacks) and a device reports close to the datasheet
@@ -72,6 +81,8 @@ class GpuSpec:
         peak_flops: dense BF16 tensor-core peak, FLOP/s.
         hbm_bytes_per_s: HBM bandwidth, bytes/s.
         memory_bytes: HBM capacity, bytes (the datasheet's "GB" read as GiB, see :data:`GIB`).
+        link_bytes_per_s: NVLink bandwidth of one GPU in one direction, bytes/s (half the
+            datasheet's bidirectional total), for tensor-parallel all-reduces.
         source: where the numbers come from.
     """
 
@@ -79,6 +90,7 @@ class GpuSpec:
     peak_flops: float
     hbm_bytes_per_s: float
     memory_bytes: int
+    link_bytes_per_s: float
     source: str
 
 
@@ -90,9 +102,10 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             peak_flops=989.5 * TERA,
             hbm_bytes_per_s=4.8 * TERA,
             memory_bytes=141 * GIB,
+            link_bytes_per_s=450 * GIGA,
             source=(
                 "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
-                "sparsity (989.5 dense), 141 GB HBM3e at 4.8 TB/s"
+                "sparsity (989.5 dense), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"
             ),
         ),
         GpuSpec(
@@ -100,9 +113,10 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             peak_flops=989.5 * TERA,
             hbm_bytes_per_s=3.35 * TERA,
             memory_bytes=80 * GIB,
+            link_bytes_per_s=450 * GIGA,
             source=(
                 "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
-                "sparsity (989.5 dense), 80 GB HBM3 at 3.35 TB/s"
+                "sparsity (989.5 dense), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s"
             ),
         ),
         GpuSpec(
@@ -110,9 +124,10 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             peak_flops=312 * TERA,
             hbm_bytes_per_s=2.039 * TERA,
             memory_bytes=80 * GIB,
+            link_bytes_per_s=300 * GIGA,
             source=(
                 "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): BF16 312 TFLOPS dense, "
-                "80 GB HBM2e at 2,039 GB/s"
+                "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s"
             ),
         ),
         GpuSpec(
@@ -120,9 +135,10 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             peak_flops=2250 * TERA,
             hbm_bytes_per_s=8.0 * TERA,
             memory_bytes=180 * GIB,
+            link_bytes_per_s=900 * GIGA,
             source=(
                 "NVIDIA HGX B200 specifications, per GPU: FP16/BF16 4.5 PFLOPS with "
-                "sparsity (2.25 dense), 180 GB HBM3e at 8 TB/s"
+                "sparsity (2.25 dense), 180 GB HBM3e at 8 TB/s, NVLink 1.8 TB/s"
             ),
         ),
     )
@@ -161,6 +177,9 @@ class CostModel:
         copy_efficiency: fraction of the HBM bandwidth a copy achieves.
         step_overhead_s: fixed cost of a step (scheduling, launches), seconds.
         copy_launch_s: fixed cost of one copy, seconds.
+        deployment: the GPUs serving the model (:mod:`sim.engine.deployment`). FLOPs are
+            the whole model's; every byte figure (KV per token, recurrent bytes, weights,
+            checkpoint bytes) is one GPU's share, as memory is planned per GPU.
     """
 
     model: ModelSizes
@@ -172,6 +191,7 @@ class CostModel:
     copy_efficiency: float = 0.8
     step_overhead_s: float = 0.0005
     copy_launch_s: float = 0.000005
+    deployment: Deployment = field(default_factory=Deployment)
 
     def __post_init__(self) -> None:
         for name in ("mfu", "mbu", "copy_efficiency"):
@@ -183,11 +203,18 @@ class CostModel:
             if not isinstance(value, int | float) or value < 0:
                 raise InvalidConfigError(f"cost model {name} must be >= 0 s, got {value!r}")
         m = self.model
+        plan = self.deployment
+        tp, pp = plan.tensor_parallel, plan.pipeline_parallel
+        share = shard_model(m, tp, pp)  # what one GPU holds: every byte figure below
         per_key = 4 * m.num_attention_heads * m.head_dim
-        kv = kv_bytes_per_token(m)
-        draft_kv = draft_kv_bytes_per_token(m) if self.with_draft else 0
-        hidden = boundary_hidden_bytes(m) if self.with_draft else 0
+        kv = kv_bytes_per_token(share)
+        draft_kv = draft_kv_bytes_per_token(share) if self.with_draft else 0
+        # The boundary row is the whole hidden row on every GPU (activations are
+        # replicated across tensor-parallel ranks).
+        hidden = boundary_hidden_bytes(share) if self.with_draft else 0
+        link = self.gpu.link_bytes_per_s * plan.link_efficiency
         derived = {
+            "gpu_share": share,
             "dense_flops": 2 * m.active_params,
             "full_key_flops": per_key * m.full_attention_layers,
             "swa_key_flops": per_key * m.sliding_window_layers,
@@ -195,11 +222,17 @@ class CostModel:
             "kv_bytes_per_token": kv,
             "partial_bytes_per_token": kv + draft_kv,
             "page_bytes_per_token": kv + draft_kv,
-            "recurrent_bytes": recurrent_bytes_per_sequence(m) + hidden,
-            "weight_bytes": resident_weight_bytes(m),
-            "flops_per_s": self.gpu.peak_flops * self.mfu,
-            "bytes_per_s": self.gpu.hbm_bytes_per_s * self.mbu,
+            "recurrent_bytes": recurrent_bytes_per_sequence(share) + hidden,
+            "weight_bytes": resident_weight_bytes(share),
+            # tp GPUs share each stage's FLOPs; the pp stages run one after another, each
+            # moving one GPU's bytes (the stages are taken as equal: the largest).
+            "flops_per_s": self.gpu.peak_flops * self.mfu * tp,
+            "bytes_per_s": self.gpu.hbm_bytes_per_s * self.mbu / pp,
             "_copy_rate": self.gpu.hbm_bytes_per_s * self.copy_efficiency / 2,
+            "_sync_points": sync_points(m) if tp > 1 else 0,
+            "_activation_bytes_per_token": activation_bytes(m, 1),
+            "_allreduce_s_per_byte": 2 * (tp - 1) / tp / link,
+            "_transfer_s_per_byte": (pp - 1) / link,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -224,13 +257,21 @@ class CostModel:
     """Bytes of one recurrent-axis checkpoint (plus the boundary row with a draft head)."""
     weight_bytes: int = field(init=False, compare=False, default=0)
     """Bytes the weights occupy in GPU memory (:func:`reference.sizes.resident_weight_bytes`)."""
+    gpu_share: ModelSizes | None = field(init=False, repr=False, compare=False, default=None)
+    """What one GPU holds of the model (:func:`sim.engine.deployment.shard_model`)."""
     _weight_reads: dict[int, float] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    _syncs: dict[int, float] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _sync_points: int = field(init=False, repr=False, compare=False, default=0)
+    _activation_bytes_per_token: int = field(init=False, repr=False, compare=False, default=0)
+    _allreduce_s_per_byte: float = field(init=False, repr=False, compare=False, default=0.0)
+    _transfer_s_per_byte: float = field(init=False, repr=False, compare=False, default=0.0)
     flops_per_s: float = field(init=False, repr=False, compare=False, default=1.0)
-    """Achieved FLOP/s of a step: ``peak_flops * mfu``."""
+    """Achieved FLOP/s of a step: ``peak_flops * mfu * tensor_parallel``."""
     bytes_per_s: float = field(init=False, repr=False, compare=False, default=1.0)
-    """Achieved HBM bytes/s of a step: ``hbm_bytes_per_s * mbu``."""
+    """Achieved HBM bytes/s of a step's per-GPU bytes: ``hbm_bytes_per_s * mbu /
+    pipeline_parallel`` (each stage moves its own bytes, one stage after another)."""
     _copy_rate: float = field(init=False, repr=False, compare=False, default=1.0)
 
     @classmethod
@@ -293,7 +334,25 @@ class CostModel:
         """Bytes of weights a step over ``tokens`` tokens reads (expected, for MoE)."""
         found = self._weight_reads.get(tokens)
         if found is None:
-            found = self._weight_reads[tokens] = step_weight_bytes(self.model, max(tokens, 1))
+            share = self.gpu_share if self.gpu_share is not None else self.model
+            found = self._weight_reads[tokens] = step_weight_bytes(share, max(tokens, 1))
+        return found
+
+    def sync_s(self, tokens: int) -> float:
+        """Seconds a step over ``tokens`` tokens spends in communication between GPUs: the
+        tensor-parallel all-reduce after each sublayer and the pipeline's stage-to-stage
+        transfers (:mod:`sim.engine.deployment`); 0 on one GPU."""
+        found = self._syncs.get(tokens)
+        if found is None:
+            plan = self.deployment
+            payload = tokens * self._activation_bytes_per_token
+            found = self._sync_points * (
+                plan.allreduce_latency_s + payload * self._allreduce_s_per_byte
+            )
+            if plan.pipeline_parallel > 1:
+                found += (plan.pipeline_parallel - 1) * plan.allreduce_latency_s
+                found += payload * self._transfer_s_per_byte
+            self._syncs[tokens] = found
         return found
 
     def step_s(self, flops: float, bytes_moved: float, *, tokens: int) -> float:
@@ -301,7 +360,8 @@ class CostModel:
         ``bytes_moved`` bytes besides the weights, seconds."""
         compute = flops / self.flops_per_s
         memory = (bytes_moved + self.weight_read_bytes(tokens)) / self.bytes_per_s
-        return (compute if compute > memory else memory) + self.step_overhead_s
+        busy = compute if compute > memory else memory
+        return busy + self.step_overhead_s + self.sync_s(tokens)
 
     def copy_s(self, bytes_copied: int, copies: int = 1) -> float:
         """Duration of ``copies`` copies totalling ``bytes_copied`` bytes, seconds."""
@@ -327,4 +387,10 @@ class CostModel:
             "recurrent_bytes": self.recurrent_bytes,
             "partial_bytes_per_token": self.partial_bytes_per_token,
             "page_bytes_per_token": self.page_bytes_per_token,
+            "tensor_parallel": self.deployment.tensor_parallel,
+            "pipeline_parallel": self.deployment.pipeline_parallel,
+            "allreduce_latency_s": self.deployment.allreduce_latency_s,
+            "link_efficiency": self.deployment.link_efficiency,
+            "gpu_link_bytes_per_s": self.gpu.link_bytes_per_s,
+            "sync_s_one_token": self.sync_s(1),
         }

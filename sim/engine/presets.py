@@ -100,9 +100,11 @@ class EnginePreset:
     describe: str
     build: Callable[[ModelSizes], dict[str, object]]
 
-    def settings(self, model: str) -> Mapping[str, object]:
-        """The preset's dotted keys and values for the model named ``model``."""
-        return self.build(get_model(model))
+    def settings(self, model: str | ModelSizes) -> Mapping[str, object]:
+        """The preset's dotted keys and values for ``model`` (a shipped model's name, or a
+        model; for a deployment over several GPUs, one GPU's share of it, as an engine
+        sizes its pages per worker)."""
+        return self.build(get_model(model) if isinstance(model, str) else model)
 
 
 PRESETS: dict[str, EnginePreset] = {

@@ -491,6 +491,7 @@ class Engine:
             costs.step_overhead_s,
         )
         weights = costs.weight_read_bytes(count)
+        sync = costs.sync_s(count)  # 0 on one GPU
         next_arrival = self._next_arrival_s
         # Counters kept in locals and stored once at the end (nothing reads them in
         # between); busy_s continues the running float sum, so its rounding is unchanged.
@@ -522,7 +523,7 @@ class Engine:
             flops = count * per_seq_flops + costs.full_key_flops * contexts
             compute = flops / flops_rate
             memory = (count * per_seq_bytes + kv_per_token * contexts + weights) / bytes_rate
-            duration = (compute if compute > memory else memory) + overhead
+            duration = (compute if compute > memory else memory) + overhead + sync
             step_flops += flops
             busy_s += duration
             steps += 1
@@ -547,6 +548,7 @@ class Engine:
                 self.running = running = [seq for seq in running if seq.phase is not Phase.DONE]
                 if count:
                     weights = costs.weight_read_bytes(count)
+                    sync = costs.sync_s(count)
                 next_arrival = self._next_arrival_s
             if crossing or finished:  # only then can the step-end peak have changed
                 metrics.observe_peaks(pool.used_count(), self._checkpoint_bytes)

@@ -24,6 +24,7 @@ COUNT_FIELDS: dict[str, str] = {
     "agentic_loop": "num_sessions",
     "few_shot_branching": "num_requests",
     "long_document_qa": "num_requests",
+    "retrieval_qa": "num_requests",
 }
 
 #: Short names accepted on the command line.
@@ -33,6 +34,7 @@ ALIASES: dict[str, str] = {
     "agentic": "agentic_loop",
     "few-shot": "few_shot_branching",
     "document-qa": "long_document_qa",
+    "rag": "retrieval_qa",
 }
 
 #: Every accepted workload name (aliases and generator names).
@@ -133,7 +135,7 @@ def build_workload(
 
 
 #: Trace formats ``hyckpt simulate --trace`` replays (see :mod:`sim.workloads.traces`).
-TRACE_FORMATS: tuple[str, ...] = ("sessions", "mooncake")
+TRACE_FORMATS: tuple[str, ...] = ("sessions", "mooncake", "marconi")
 
 
 def build_trace(
@@ -142,9 +144,12 @@ def build_trace(
     """A factory of the first ``requests`` requests replayed from a trace file.
 
     ``sessions``: JSONL with ``session_id, turn_id, ts, input_tokens, output_tokens``
-    (full history per request); ``mooncake``: JSONL with ``timestamp, input_length,
-    output_length, hash_ids`` (``block_size``-token blocks, 512 in the published traces;
-    a sessions trace ignores it). The whole file is read once here, so a
+    (full history per request; optionally ``segments``, some of them shared content);
+    ``mooncake``: JSONL with ``timestamp, input_length, output_length, hash_ids``
+    (``block_size``-token blocks, 512 in the published traces; the other formats ignore
+    it; optionally ``session_id, turn_id``); ``marconi``: the JSONL of Marconi's trace
+    generators (``session_id, turn_id, ts`` and the token ids ``input_tokens,
+    output_tokens``). The whole file is read once here, so a
     bad line anywhere is reported before anything runs (not only in the first
     ``requests``), and the description records how many requests it holds
     (``trace_requests``): a trace longer than ``requests`` is cut, and
@@ -155,17 +160,19 @@ def build_trace(
         TraceFormatError: a bad line (its file, line and field).
     """
     from sim.workloads import jsonl_trace, mooncake_trace
+    from sim.workloads.trace_marconi import marconi_trace
 
     if trace_format not in TRACE_FORMATS:
         raise InvalidConfigError(
             f"unknown trace format {trace_format!r} (known: {', '.join(TRACE_FORMATS)})"
         )
     _check_requests(requests)
-    workload = (
-        jsonl_trace(path)
-        if trace_format == "sessions"
-        else mooncake_trace(path, block_size=block_size)
-    )
+    if trace_format == "sessions":
+        workload = jsonl_trace(path)
+    elif trace_format == "mooncake":
+        workload = mooncake_trace(path, block_size=block_size)
+    else:
+        workload = marconi_trace(path)
     why = f"trace {path} holds no requests (it has no non-blank line)"
     held = sum(1 for _ in workload)  # validates every line before the run
 

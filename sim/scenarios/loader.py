@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,20 +27,26 @@ from reference.errors import HyckptError
 from reference.eviction import make_eviction
 from reference.loading import load_implementation
 from reference.placement import make_placement
-from reference.sizes import get_model
+from reference.sizes import MODELS
 from sim.engine.config import (
     MAX_CHECKPOINT_SLOTS,
-    MAX_KV_BLOCKS,
     Faults,
     SimConfig,
     check_finite_params,
 )
-from sim.engine.costs import CostModel, get_gpu
-from sim.engine.presets import PRESETS
+from sim.engine.deployment import PlanDoesNotFitError
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import closed_loop
 from sim.engine.sources import COUNT_FIELDS, build_trace, build_workload, canonical_name
 from sim.scenarios.duplicate_keys import given_twice
+from sim.scenarios.key_paths import (
+    rebase_paths,
+    rebased_value,
+    set_path,
+    unset_path,
+)
+from sim.scenarios.model_table import check_key
+from sim.scenarios.pool_rules import apply_preset, checked_model, checked_pools, does_not_fit
 from sim.scenarios.schema import (
     DEFAULT_EXPECT,
     EXPECTATIONS,
@@ -54,6 +59,7 @@ from sim.scenarios.schema import (
     check_expect_value,
     suggestion,
 )
+from sim.scenarios.workload_mix import MixComponent, build_mix, check_mix, mix_components
 
 #: The shipped scenario files (``scenarios/*.toml`` at the repository root).
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -64,12 +70,6 @@ RESERVED_KEYS: dict[str, str] = {
     "name": "workload.generator",
     "seed": "scenario.seed (or scenario.seeds)",
     "requests": "workload.requests",
-}
-#: Keys whose value is a file path, relative to the scenario file when it is relative
-#: (key -> the ``kind`` its table must have for the key to be a path, or ``None``).
-PATH_KEYS: dict[str, str | None] = {
-    "workload.trace": None,
-    "workload.params.arrivals.path": "trace",
 }
 
 
@@ -83,7 +83,7 @@ class Combination(dict[str, object]):
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """What ``[workload]`` describes: a generator (with parameters) or a trace file.
+    """What ``[workload]`` describes: a generator (with parameters), a trace file or a mix.
 
     Attributes:
         generator: generator name (:data:`sim.engine.sources.WORKLOAD_NAMES`) or ``None``.
@@ -92,6 +92,7 @@ class WorkloadSpec:
         trace: path of a JSONL trace (absolute, or relative to the working directory).
         trace_format: ``sessions`` or ``mooncake``.
         trace_block_size: tokens per ``hash_ids`` entry of a mooncake trace.
+        mix: the components of a mixed workload (``[[workload.mix]]``; empty otherwise).
     """
 
     generator: str | None
@@ -100,11 +101,14 @@ class WorkloadSpec:
     trace: str | None = None
     trace_format: str = "sessions"
     trace_block_size: int = 512
+    mix: tuple[MixComponent, ...] = ()
 
     def build(self, seed: int) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
         """A factory of the request stream (seeded with ``seed``) and its description."""
         if self.trace is not None:
             return build_trace(self.trace, self.trace_format, self.requests, self.trace_block_size)
+        if self.mix:
+            return build_mix(self.mix, self.requests, seed)
         assert self.generator is not None
         return build_workload(self.generator, self.requests, seed, **copy.deepcopy(self.params))
 
@@ -157,13 +161,13 @@ class Scenario:
         the folder they are relative to: the scenario file's for its ``[sweep]``, the
         working directory for ``hyckpt sweep --axis``. Other values are returned as given.
         """
-        return [_rebased_value(self.data, key, value, base_dir) for value in values]
+        return [rebased_value(self.data, key, value, base_dir) for value in values]
 
     def shown_paths(self, key: str, values: Sequence[object], base_dir: Path) -> list[object]:
         """The reverse of :meth:`absolute_paths`: ``values`` with the absolute file paths
         they set made relative to ``base_dir``, as a sweep records and labels them (long
         absolute paths would crowd every legend and file name)."""
-        return [_rebased_value(self.data, key, value, base_dir, relative=True) for value in values]
+        return [rebased_value(self.data, key, value, base_dir, relative=True) for value in values]
 
     def check_combinations(
         self, axes: Mapping[str, Sequence[object]], *, key: str = "sweep"
@@ -190,7 +194,7 @@ class Scenario:
         for dotted, value in overrides.items():
             alternative = ALTERNATIVE_SIZES.get(dotted)
             if alternative is not None and alternative not in overrides:
-                _unset_path(data, alternative)  # the override replaces the file's pool size
+                unset_path(data, alternative)  # the override replaces the file's pool size
             set_path(data, dotted, value, self._where())
         return build_scenario(
             data, self._where(), self.path, base_dir=None, check_sweep=check_sweep, started=started
@@ -208,43 +212,6 @@ ALTERNATIVE_SIZES = {
     "cache.kv_blocks": "cache.kv_budget_bytes",
     "cache.kv_budget_bytes": "cache.kv_blocks",
 }
-
-
-def _unset_path(data: dict[str, Any], dotted: str) -> None:
-    """Remove ``data[a][b]...`` for ``dotted = "a.b..."`` where it is set."""
-    *tables, last = dotted.split(".")
-    table: object = data
-    for part in tables:
-        table = table.get(part) if isinstance(table, dict) else None
-    if isinstance(table, dict):
-        table.pop(last, None)
-
-
-def set_path(data: dict[str, Any], dotted: str, value: object, where: str) -> None:
-    """Set ``data[a][b]... = value`` for ``dotted = "a.b..."`` (creating tables)."""
-    if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
-        raise ScenarioError(where, str(dotted), value, "a dotted key path like cache.block_size")
-    parts = dotted.split(".")
-    table: dict[str, Any] = data
-    for depth, part in enumerate(parts[:-1]):
-        child = table.get(part)
-        if child is None:
-            child = table[part] = {}
-        if not isinstance(child, dict):
-            path = ".".join(parts[: depth + 1])
-            raise ScenarioError(where, path, child, f"a table to set {dotted} in")
-        table = child
-    table[parts[-1]] = copy.deepcopy(value)
-
-
-def get_path(data: Mapping[str, Any], dotted: str) -> object:
-    """``data[a][b]...`` for ``dotted = "a.b..."`` (:data:`MISSING` where there is none)."""
-    value: object = data
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return MISSING
-        value = value[part]
-    return value
 
 
 def load_scenario(path: str | Path, *, check_sweep: bool = True) -> Scenario:
@@ -319,7 +286,7 @@ def build_scenario(
         # workload.trace and an arrivals trace (workload.params.arrivals = {kind = "trace",
         # path = ...}) are relative to the scenario file; tables["workload"]["params"] is
         # data["workload"]["params"] (the same dict).
-        _rebase_paths(data, base_dir)
+        rebase_paths(data, base_dir)
         tables["workload"]["trace"] = data["workload"].get("trace")
     expect = _expect(data, where)
     scenario = _assemble(data, tables, expect, where, path, started)
@@ -343,6 +310,10 @@ def _table(data: dict[str, Any], name: str, where: str) -> dict[str, Any]:
             out[key] = value
             continue
         spec = keys.get(key)
+        if spec is None and name == "model":
+            check_key(where, key, value)  # a key that describes the model
+            out[key] = value
+            continue
         if spec is None:
             known = [*keys, *(k.split(".")[1] for k in FREE_TABLES if k.startswith(f"{name}."))]
             raise ScenarioError(
@@ -390,45 +361,6 @@ def _expect(data: dict[str, Any], where: str) -> dict[str, float]:
         if key.startswith("min_") and upper in raw and value > raw[upper]:
             raise ScenarioError(where, f"expect.{key}", value, f"<= expect.{upper} ({raw[upper]})")
     return expect
-
-
-def _rebase_paths(
-    data: dict[str, Any], base_dir: Path, only: str = "", *, relative: bool = False
-) -> None:
-    """Join the relative file paths of :data:`PATH_KEYS` in ``data`` (those under the key
-    path ``only``, if given) onto ``base_dir``, in place; with ``relative``, the reverse:
-    absolute paths made relative to ``base_dir``. A path key whose table needs a ``kind``
-    is resolved when that table has it, or when ``only`` is the key itself."""
-    for key, kind in PATH_KEYS.items():
-        if only and key != only and not key.startswith(f"{only}."):
-            continue
-        parent, _, name = key.rpartition(".")
-        table = get_path(data, parent)
-        if not isinstance(table, dict):
-            continue
-        if kind is not None and key != only and table.get("kind") != kind:
-            continue
-        value = table.get(name)
-        if not isinstance(value, str) or not value or Path(value).is_absolute() != relative:
-            continue
-        table[name] = os.path.relpath(value, base_dir) if relative else str(base_dir / value)
-
-
-def _rebased_value(
-    data: Mapping[str, Any], key: str, value: object, base_dir: Path, *, relative: bool = False
-) -> object:
-    """``value`` for ``key`` with the relative file paths it sets made absolute against
-    ``base_dir`` (applied to a copy of ``data``, which gives the ``kind`` of its table);
-    with ``relative``, its absolute paths made relative to ``base_dir``."""
-    if not any(path == key or path.startswith(f"{key}.") for path in PATH_KEYS):
-        return value
-    probe = copy.deepcopy(dict(data))
-    try:
-        set_path(probe, key, value, "")
-    except ScenarioError:
-        return value  # validating the value reports it
-    _rebase_paths(probe, base_dir.absolute(), only=key, relative=relative)
-    return get_path(probe, key)
 
 
 def _sweep(
@@ -533,44 +465,10 @@ def _assemble(
     seeds: list[int] | None = meta["seeds"]
     seed = meta["seed"] if meta["seed"] is not None else (seeds[0] if seeds else 0)
     given_cache = data.get("cache", {})
-    preset_keys = _apply_preset(data, tables, where)
-    if cache["memory"] == "unified":
-        _refuse_pool_sizes(
-            given_cache,
-            where,
-            "unset with cache.memory = 'unified'"
-            + (
-                " (set by cache.engine; set cache.memory = 'split' to override)"
-                if "cache.memory" in preset_keys
-                else ""
-            )
-            + ": KV blocks and checkpoint slots come out of one budget "
-            "(cache.cache_budget_bytes)",
-        )
-        if cache["checkpoint_share"] is not None:
-            raise ScenarioError(
-                where,
-                "cache.checkpoint_share",
-                cache["checkpoint_share"],
-                "unset with cache.memory = 'unified' (one pool: nothing to divide)"
-                + (" (set by cache.engine)" if "cache.checkpoint_share" in preset_keys else ""),
-            )
-    elif cache["checkpoint_share"] is not None:
-        _refuse_pool_sizes(
-            given_cache,
-            where,
-            "unset with cache.checkpoint_share"
-            + (" (set by cache.engine)" if "cache.checkpoint_share" in preset_keys else "")
-            + ": both pools are sized from one budget (cache.cache_budget_bytes)",
-        )
-    elif cache["cache_budget_bytes"] is not None:
-        raise ScenarioError(
-            where,
-            "cache.cache_budget_bytes",
-            cache["cache_budget_bytes"],
-            "unset unless cache.memory = 'unified' or cache.checkpoint_share is set (split "
-            "pools are otherwise sized by kv_* and checkpoint_*)",
-        )
+    model_sizes = checked_model(data, tables, where)
+    deployment = tables["deployment"]
+    preset_keys = apply_preset(data, tables, where, model_sizes)
+    kv_blocks = checked_pools(given_cache, tables, where, preset_keys, model_sizes)
     if engine["mode"] == "replay":
         for dotted in TIMING_ONLY_KEYS:
             table, key = dotted.split(".")
@@ -583,34 +481,6 @@ def _assemble(
                     "unset with engine.mode = 'replay': a cache-only replay has no timing, "
                     "sessions or preemption, so it would ignore this key",
                 )
-    if cache["checkpoint_slots"] is not None and "checkpoint_budget_bytes" in given_cache:
-        raise ScenarioError(
-            where,
-            "cache.checkpoint_budget_bytes",
-            cache["checkpoint_budget_bytes"],
-            "unset when cache.checkpoint_slots is set (the pool is sized one way or the other)",
-        )
-    kv_blocks = cache["kv_blocks"]
-    if cache["kv_budget_bytes"] is not None:
-        if kv_blocks is not None:
-            raise ScenarioError(
-                where,
-                "cache.kv_budget_bytes",
-                cache["kv_budget_bytes"],
-                "unset when cache.kv_blocks is set",
-            )
-        costs = CostModel(
-            get_model(model["name"]), get_gpu(model["gpu"]), block_size=cache["block_size"]
-        )
-        page = cache["block_size"] * max(costs.kv_bytes_per_token, 1)
-        kv_blocks = cache["kv_budget_bytes"] // page
-        if not 1 <= kv_blocks <= MAX_KV_BLOCKS:
-            raise ScenarioError(
-                where,
-                "cache.kv_budget_bytes",
-                cache["kv_budget_bytes"],
-                f"at least one and at most {MAX_KV_BLOCKS} KV pages ({page} bytes each)",
-            )
     placement, eviction, backend = tables["placement"], tables["eviction"], tables["backend"]
     faults_table = {k: v for k, v in tables["faults"].items() if k != "params"}
     unit = cache["hash_unit"] if cache["hash_unit"] is not None else cache["block_size"]
@@ -657,8 +527,13 @@ def _assemble(
                 ) from None
     try:
         config = SimConfig(
-            model=model["name"],
+            model=model_sizes.name,
+            model_sizes=None if model_sizes.name in MODELS else model_sizes,
             gpu=model["gpu"],
+            tensor_parallel=deployment["tensor_parallel"],
+            pipeline_parallel=deployment["pipeline_parallel"],
+            allreduce_latency_s=deployment["allreduce_latency_s"],
+            link_efficiency=deployment["link_efficiency"],
             block_size=cache["block_size"],
             hash_unit=cache["hash_unit"],
             token_budget=cache["token_budget"],
@@ -700,6 +575,8 @@ def _assemble(
             if cache["memory"] == "split" and cache["checkpoint_share"] is None
             else None,
         )
+    except PlanDoesNotFitError as error:
+        raise does_not_fit(where, deployment, error) from None
     except HyckptError as error:
         raise ScenarioError(
             where, "(engine configuration)", MISSING, f"a valid engine ({error})"
@@ -718,7 +595,10 @@ def _assemble(
                 f"at least one and at most {MAX_CHECKPOINT_SLOTS} checkpoint slots "
                 f"({per_slot} bytes each)",
             )
-        config = dataclasses.replace(config, checkpoint_slots=None)
+        try:
+            config = dataclasses.replace(config, checkpoint_slots=None)
+        except PlanDoesNotFitError as error:
+            raise does_not_fit(where, deployment, error) from None
     if backend["impl"] is not None and not _seen(started, "impl", backend["impl"]):
         try:
             load_implementation(backend["impl"])
@@ -753,55 +633,6 @@ def _assemble(
     )
 
 
-def _refuse_pool_sizes(given_cache: Mapping[str, Any], where: str, expected: str) -> None:
-    """Raise for the first split-pool size the file sets (``cache.kv_blocks`` ...)."""
-    for key in ("kv_blocks", "kv_budget_bytes", "checkpoint_slots", "checkpoint_budget_bytes"):
-        if key in given_cache:
-            raise ScenarioError(where, f"cache.{key}", given_cache[key], expected)
-
-
-def _apply_preset(data: dict[str, Any], tables: dict[str, dict[str, Any]], where: str) -> set[str]:
-    """Fill in the ``cache.engine`` preset's settings the file does not set; return the
-    dotted keys the preset set.
-
-    Raises:
-        ScenarioError: the preset caches generated tokens on a real-tensor backend, which
-            cannot (an explicit ``cache.cache_generated = false`` overrides it).
-    """
-    name = tables["cache"]["engine"]
-    if name == "none":
-        return set()
-    applied: set[str] = set()
-
-    def given(table: str, key: str) -> bool:
-        values = data.get(table, {})
-        return isinstance(values, dict) and key in values
-
-    for dotted, value in PRESETS[name].settings(tables["model"]["name"]).items():
-        table, key = dotted.split(".")
-        # A policy's parameters go with the policy: a file that picks another policy
-        # does not get the preset's parameters for it.
-        if given(table, key) or (key == "params" and given(table, "policy")):
-            continue
-        tables[table][key] = dict(value) if isinstance(value, dict) else value
-        applied.add(dotted)
-    backend = tables["backend"]["name"]
-    if (
-        "cache.cache_generated" in applied
-        and tables["cache"]["cache_generated"]
-        and backend != "shadow"
-    ):
-        raise ScenarioError(
-            where,
-            "cache.engine",
-            name,
-            f"a preset the run can honour: {name!r} caches generated tokens, which backend "
-            f"{backend!r} cannot (it does not compute decoded tokens); use backend 'shadow', "
-            "or set cache.cache_generated = false to override",
-        )
-    return applied
-
-
 def _seen(started: set[str] | None, *what: object) -> bool:
     return started is not None and repr(what) in started
 
@@ -834,18 +665,41 @@ def _spec(table: dict[str, Any]) -> WorkloadSpec:
             table["trace_format"],
             table["trace_block_size"],
         )
+    if table["mix"] is not None:
+        return WorkloadSpec(None, table["requests"], mix=mix_components(table["mix"]))
     generator = canonical_name(table["generator"])
     return WorkloadSpec(generator, table["requests"], dict(table["params"]))
 
 
 def _checked_workload(table: dict[str, Any], seed: int, where: str) -> WorkloadSpec:
-    generator, trace = table["generator"], table["trace"]
+    generator, trace, mixed = table["generator"], table["trace"], table["mix"]
+    if mixed is not None:
+        for other in ("generator", "trace"):
+            if table[other] is not None:
+                raise ScenarioError(
+                    where,
+                    "workload.mix",
+                    mixed,
+                    f"unset when workload.{other} is set: a workload is one of "
+                    "workload.generator, workload.trace and workload.mix",
+                )
+        if table["params"]:
+            raise ScenarioError(
+                where,
+                "workload.params",
+                table["params"],
+                "no parameters with workload.mix: each component has its own "
+                "workload.mix[i].params",
+            )
+        return WorkloadSpec(
+            None, table["requests"], mix=check_mix(mixed, table["requests"], seed, where)
+        )
     if (generator is None) == (trace is None):
         raise ScenarioError(
             where,
             "workload.generator",
             generator,
-            "exactly one of workload.generator and workload.trace",
+            "exactly one of workload.generator, workload.trace and workload.mix",
         )
     if trace is not None:
         if table["params"]:

@@ -39,6 +39,7 @@ from sim.engine.config import (
     MODES,
 )
 from sim.engine.costs import GPU_PRESETS
+from sim.engine.deployment import MAX_PARALLEL
 from sim.engine.presets import PRESET_NAMES
 from sim.engine.sessions import SESSION_MODES
 from sim.engine.sources import MAX_REQUESTS, TRACE_FORMATS, WORKLOAD_NAMES
@@ -188,6 +189,26 @@ def habit_list(value: object) -> str | None:
     return None if len(set(value)) == len(value) else f"{expected} (each at most once)"
 
 
+#: Most components a mixed workload (``[[workload.mix]]``) may have.
+MAX_MIX_COMPONENTS = 32
+
+
+def mix_tables(value: object) -> str | None:
+    """A non-empty array of at most :data:`MAX_MIX_COMPONENTS` tables (``[[workload.mix]]``;
+    :mod:`sim.scenarios.workload_mix` checks each table's keys)."""
+    ok = (
+        isinstance(value, list)
+        and 1 <= len(value) <= MAX_MIX_COMPONENTS
+        and all(isinstance(item, dict) for item in value)
+    )
+    return (
+        None
+        if ok
+        else f"a non-empty array of at most {MAX_MIX_COMPONENTS} tables ([[workload.mix]], "
+        "each with generator and optional name and params)"
+    )
+
+
 #: ``scenario.name``: it names result files and ``reports/<name>/``, so it stays a plain
 #: file name (no path separators, no leading dot).
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
@@ -280,8 +301,29 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "seeds": Key(seed_list, None, "seeds to run (sweeps, reports); the first is `seed`"),
     },
     "model": {
-        "name": Key(choice(list(MODELS)), "nemotron-h-8b", "model preset (reference/sizes.py)"),
+        "name": Key(
+            text,
+            "nemotron-h-8b",
+            f"a shipped model ({', '.join(MODELS)}), or the name of the model the "
+            "description keys describe (docs/SCENARIOS.md, [model])",
+        ),
         "gpu": Key(choice(list(GPU_PRESETS)), "h200", "GPU preset (sim/engine/costs.py)"),
+        "base": Key(choice(list(MODELS)), None, "a shipped model the description starts from"),
+        "file": Key(text, None, "a model file (TOML, one [model] table) describing the model"),
+    },
+    "deployment": {
+        "tensor_parallel": Key(
+            integer(1, MAX_PARALLEL), 1, "GPUs each layer is split over by heads"
+        ),
+        "pipeline_parallel": Key(
+            integer(1, MAX_PARALLEL), 1, "stages the layers are split into, one GPU each"
+        ),
+        "allreduce_latency_s": Key(
+            number(0.0, 1.0), 10e-6, "fixed seconds of one all-reduce or stage transfer"
+        ),
+        "link_efficiency": Key(
+            number(0.0, 1.0, strict=True), 0.8, "achieved fraction of NVLink bandwidth"
+        ),
     },
     "cache": {
         "block_size": Key(integer(1, MAX_BLOCK_SIZE), 16, "tokens per KV page B"),
@@ -353,7 +395,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "workload": {
         "generator": Key(choice(list(WORKLOAD_NAMES)), None, "workload generator"),
         "trace": Key(text, None, "JSONL trace path (relative to the scenario file)"),
-        "trace_format": Key(choice(list(TRACE_FORMATS)), "sessions", "trace format"),
+        "trace_format": Key(
+            choice(list(TRACE_FORMATS)),
+            "sessions",
+            "trace format: sessions, mooncake or marconi (docs/WORKLOADS.md, Trace replay)",
+        ),
         "trace_block_size": Key(
             integer(1, 2**20),
             512,
@@ -366,6 +412,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "the workload's time (default: closed for a generator, open for a trace)",
         ),
         "requests": Key(integer(1, MAX_REQUESTS), MISSING, "requests to simulate"),
+        "mix": Key(
+            mix_tables,
+            None,
+            "a mixed workload: [[workload.mix]] components (generator, name, params), "
+            "merged by arrival time",
+        ),
     },
     "backend": {
         "name": Key(choice(list(BACKEND_NAMES)), "shadow", "data backend"),

@@ -2,7 +2,8 @@
 
 A workload is a deterministic, re-iterable stream of :class:`Request` in arrival order.
 Prompts are chains of segments (:class:`Prompt`), so prefix sharing is exact and cheap:
-see :mod:`sim.workloads.prompt`. Generators (:mod:`sim.workloads.generators`), trace
+see :mod:`sim.workloads.prompt`. Generators (:mod:`sim.workloads.generators`,
+:mod:`sim.workloads.retrieval`), trace
 replay (:mod:`sim.workloads.traces`), arrival processes (:mod:`sim.workloads.arrivals`)
 and the registry (:func:`make_workload`, :func:`mix`) are re-exported here. The model
 and parameters of each generator are described in ``docs/WORKLOADS.md``.
@@ -50,6 +51,7 @@ from sim.workloads.registry import (
     workload_rate,
 )
 from sim.workloads.request import Request, Workload, default_id_space
+from sim.workloads.retrieval import RetrievalConfig, retrieval_qa
 from sim.workloads.traces import (
     JsonlTraceConfig,
     MooncakeTraceConfig,
@@ -71,6 +73,7 @@ __all__ = [
     "Poisson",
     "Prompt",
     "Request",
+    "RetrievalConfig",
     "Segment",
     "SegmentIds",
     "SharedSystemPromptConfig",
@@ -95,6 +98,7 @@ __all__ = [
     "mix",
     "mooncake_trace",
     "multi_turn_chat",
+    "retrieval_qa",
     "segment_token",
     "segment_tokens",
     "shared_system_prompt",

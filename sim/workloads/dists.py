@@ -121,10 +121,11 @@ class TimeDist:
 class Zipf:
     """Ranks ``0 .. n-1`` with ``P(rank r) ∝ (r + 1) ** -exponent`` (0 gives uniform).
 
-    A draw is one ``random()`` and a binary search: O(log n).
+    A draw is one ``random()`` and a binary search: O(log n). :meth:`sample_distinct`
+    draws several distinct ranks (weighted sampling without replacement).
     """
 
-    __slots__ = ("_cumulative", "_total", "exponent", "n")
+    __slots__ = ("_cumulative", "_negative_suffix", "_total", "exponent", "n")
 
     def __init__(self, n: int, exponent: float) -> None:
         self.n = check_int("Zipf", "n", n, minimum=1)
@@ -132,6 +133,7 @@ class Zipf:
         weights = (math.pow(rank + 1, -self.exponent) for rank in range(n))
         self._cumulative: list[float] = list(itertools.accumulate(weights))
         self._total = self._cumulative[-1]
+        self._negative_suffix: list[float] | None = None  # built by sample_distinct
 
     def probability(self, rank: int) -> float:
         """``P(rank)``."""
@@ -142,3 +144,63 @@ class Zipf:
         """One rank."""
         rank = bisect.bisect_right(self._cumulative, rng.random() * self._total)
         return rank if rank < self.n else self.n - 1
+
+    def _suffix(self) -> list[float]:
+        """``-(sum of the weights of ranks >= i)`` for ``i = 0 .. n`` (ascending).
+
+        Summed from the lightest rank up, so the weight of any run of ranks is the
+        difference of two entries without the cancellation a prefix sum suffers in its
+        tail (a heavy head would swamp the light ranks' weights).
+        """
+        if self._negative_suffix is None:
+            weights = (math.pow(rank + 1, -self.exponent) for rank in range(self.n - 1, -1, -1))
+            tail = list(itertools.accumulate(weights, initial=0.0))
+            tail.reverse()
+            self._negative_suffix = [-value for value in tail]
+        return self._negative_suffix
+
+    def sample_distinct(self, rng: random.Random, k: int) -> list[int]:
+        """``k`` distinct ranks in draw order: weighted sampling without replacement.
+
+        Each draw picks among the ranks not drawn yet, with probability proportional to
+        their weights ``(r + 1) ** -exponent``; the first is distributed as
+        :meth:`sample`. Exactly ``k`` calls of ``rng.random()``; O(k) per draw plus a
+        binary search. When the ranks left all weigh 0 in floating point (a huge
+        exponent), the smallest rank left (the limit of the distribution) is taken.
+
+        Raises:
+            InvalidConfigError: ``k`` is not an integer in ``[1, n]``.
+        """
+        count = check_int("Zipf.sample_distinct", "k", k, minimum=1)
+        if count > self.n:
+            raise fail("Zipf.sample_distinct", "k", k, f"<= n = {self.n} (distinct ranks)")
+        suffix = self._suffix()
+        free: list[tuple[int, int]] = [(0, self.n)]  # runs [low, high) not drawn yet
+        chosen: list[int] = []
+        for _ in range(count):
+            weights = [suffix[high] - suffix[low] for low, high in free]
+            total = math.fsum(weights)
+            target = rng.random() * total
+            if total > 0:
+                for run, weight in enumerate(weights):
+                    if target < weight:
+                        low, high = free[run]
+                        # The first rank r of the run whose weights up to r pass the
+                        # target: suffix[r + 1] - suffix[low] > target.
+                        found = bisect.bisect_right(suffix, suffix[low] + target, low + 1, high)
+                        rank = found - 1
+                        break
+                    target -= weight
+                else:  # rounding carried the target past the end: the last run's last rank
+                    run = max(index for index, weight in enumerate(weights) if weight > 0)
+                    low, high = free[run]
+                    rank = high - 1
+            else:  # every rank left weighs 0 in floating point: the smallest (heaviest)
+                run = 0
+                low, high = free[0]
+                rank = low
+            chosen.append(rank)
+            free[run : run + 1] = [
+                part for part in ((low, rank), (rank + 1, high)) if part[0] < part[1]
+            ]
+        return chosen

@@ -56,8 +56,18 @@ def _check_common(owner: str, arrivals: object, count_field: str, count: object)
 
 
 def _check_dists(owner: str, config: object, *names: str) -> None:
+    """Each field of ``names`` is an :class:`IntDist` of tokens whose ``maximum`` fits one
+    segment: a longer segment's token ids would run into the next segment's."""
     for field_name in names:
-        check_type(owner, field_name, getattr(config, field_name), IntDist)
+        dist = getattr(config, field_name)
+        check_type(owner, field_name, dist, IntDist)
+        if dist.maximum > MAX_SEGMENT_TOKENS:
+            raise fail(
+                owner,
+                f"{field_name}.maximum",
+                dist.maximum,
+                f"<= {MAX_SEGMENT_TOKENS} tokens (one segment)",
+            )
 
 
 def _check_segment_tokens(owner: str, field_name: str, value: object, *, minimum: int) -> int:
@@ -155,7 +165,8 @@ class ChatConfig:
     def __post_init__(self) -> None:
         owner = "ChatConfig"
         _check_common(owner, self.arrivals, "num_sessions", self.num_sessions)
-        _check_dists(owner, self, "turns", "user_tokens", "output_tokens")
+        check_type(owner, "turns", self.turns, IntDist)
+        _check_dists(owner, self, "user_tokens", "output_tokens")
         check_type(owner, "think_time", self.think_time, TimeDist)
         _check_segment_tokens(owner, "system_prompt_tokens", self.system_prompt_tokens, minimum=0)
         first = self.system_prompt_tokens + self.user_tokens.maximum + self.output_tokens.maximum

@@ -29,6 +29,7 @@ from sim.workloads.generators import (
     shared_system_prompt,
 )
 from sim.workloads.request import Request, Workload
+from sim.workloads.retrieval import RetrievalConfig, retrieval_qa
 from sim.workloads.traces import jsonl_trace, mooncake_trace
 
 __all__ = [
@@ -118,6 +119,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "agentic_loop": _generator(agentic_loop, AgenticConfig, "agentic_loop"),
     "few_shot_branching": _generator(few_shot_branching, FewShotConfig, "few_shot_branching"),
     "long_document_qa": _generator(long_document_qa, DocumentQAConfig, "long_document_qa"),
+    "retrieval_qa": _generator(retrieval_qa, RetrievalConfig, "retrieval_qa"),
     "jsonl_trace": _trace(jsonl_trace, "jsonl_trace"),
     "mooncake_trace": _trace(mooncake_trace, "mooncake_trace"),
 }
@@ -129,6 +131,7 @@ CONFIG_TYPES: dict[str, type[Any]] = {
     "agentic_loop": AgenticConfig,
     "few_shot_branching": FewShotConfig,
     "long_document_qa": DocumentQAConfig,
+    "retrieval_qa": RetrievalConfig,
 }
 
 #: The count parameter of each generator (requests, or sessions of one or more requests).
@@ -138,6 +141,7 @@ _COUNT_PARAMETER = {
     "agentic_loop": "num_sessions",
     "few_shot_branching": "num_requests",
     "long_document_qa": "num_requests",
+    "retrieval_qa": "num_requests",
 }
 
 
