@@ -135,7 +135,7 @@ def test_the_timed_engine_tunes_too() -> None:
 
 
 def test_no_eviction_means_no_tuning() -> None:
-    config = dataclasses.replace(marconi_config(), cache_budget_bytes=200 * GIB)
+    config = dataclasses.replace(marconi_config(), cache_budget_bytes=90 * GIB)
     result = run_simulation(config, chat(50))
     tuning = result.totals["alpha_tuning"]
     assert tuning["requests_before_first_eviction"] is None and tuning["alpha"] is None
