@@ -2,7 +2,7 @@
 
 An *implementation* (the reference, the GPU layer, or an engine under test) is a bundle
 of factories (:class:`Implementation`) returned by a zero-argument ``module:factory``
-callable; see :mod:`reference.loading`. Conformance tests are written against these
+callable; see :mod:`reference.conformance.loading`. Conformance tests are written against these
 Protocols only, so they run unchanged for every implementation.
 
 The typed errors every implementation raises live in :mod:`reference.errors`.

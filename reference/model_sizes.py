@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, fields
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal, Union
 
 from reference.errors import InvalidConfigError
+
+if TYPE_CHECKING:  # torch is imported only where a tensor's dtype is needed
+    import torch
 
 RecurrentKind = Literal["mamba1", "mamba2", "gdn"]
 """Kinds of recurrent layer: Mamba1 (selective scan), Mamba2 (SSD) and gated DeltaNet."""
@@ -25,35 +26,49 @@ KIB = 1024
 MIB = 1024 * 1024
 """Bytes in a mebibyte."""
 
-DTYPES: dict[str, torch.dtype] = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-}
-"""Dtype names accepted on the command line and in :func:`dtype_from_name`."""
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
+"""Bytes per element of each dtype a model description may name."""
+
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+"""Dtype names accepted on the command line, in model files and in :func:`dtype_from_name`."""
+
+Dtype = Union[str, "torch.dtype"]
+"""A dtype by name (``"bfloat16"``) or as a ``torch.dtype``; :class:`ModelSizes` keeps names
+so that describing and pricing a model never imports torch."""
 
 
-def dtype_from_name(name: str) -> torch.dtype:
-    """The torch dtype called ``name`` (``bfloat16``, ``float16`` or ``float32``).
+def dtype_name(dtype: Dtype) -> str:
+    """The short name of ``dtype`` (``torch.bfloat16`` or ``"bfloat16"`` → ``"bfloat16"``).
+
+    Raises:
+        InvalidConfigError: for a name that is not one of :data:`DTYPES`.
+    """
+    if not isinstance(dtype, str):
+        return str(dtype).removeprefix("torch.")
+    if dtype not in DTYPE_BYTES:
+        raise InvalidConfigError(f"unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPES)}")
+    return dtype
+
+
+def dtype_from_name(name: Dtype) -> torch.dtype:
+    """The torch dtype called ``name`` (``bfloat16``, ``float16`` or ``float32``); a
+    ``torch.dtype`` is returned as it is.
 
     Raises:
         InvalidConfigError: for any other name.
     """
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise InvalidConfigError(
-            f"unknown dtype {name!r}; known dtypes: {', '.join(DTYPES)}"
-        ) from None
+    if not isinstance(name, str):
+        return name
+    import torch
+
+    dtype: torch.dtype = getattr(torch, dtype_name(name))
+    return dtype
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """The short name of ``dtype`` (``torch.bfloat16`` → ``"bfloat16"``)."""
-    return str(dtype).removeprefix("torch.")
-
-
-def element_bytes(dtype: torch.dtype) -> int:
+def element_bytes(dtype: Dtype) -> int:
     """Bytes per element of ``dtype`` (2 for bfloat16, 4 for float32)."""
+    if isinstance(dtype, str):
+        return DTYPE_BYTES[dtype_name(dtype)]
     return int(dtype.itemsize)
 
 
@@ -162,8 +177,8 @@ class ModelSizes:
     num_key_value_heads: int = 0
     head_dim: int = 0
     mtp_layers: int = 0
-    dtype: torch.dtype = torch.bfloat16
-    ssm_state_dtype: torch.dtype = torch.bfloat16
+    dtype: str = "bfloat16"
+    ssm_state_dtype: str = "bfloat16"
     total_params: int = 0
     active_params: int = 0
     num_experts: int = 0
@@ -181,6 +196,8 @@ class ModelSizes:
     notes: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("dtype", "ssm_state_dtype"):  # a torch.dtype is kept by its name
+            object.__setattr__(self, name, dtype_name(getattr(self, name)))
         self._check()
 
     def _check(self) -> None:

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from reference.errors import InvalidConfigError
+from reference.model_sizes import (
+    DTYPE_BYTES as DTYPE_BYTES,
+)
 from reference.model_sizes import (
     DTYPES as DTYPES,
 )
@@ -44,6 +46,9 @@ from reference.model_sizes import (
 )
 from reference.model_sizes import (
     RECURRENT_KINDS as RECURRENT_KINDS,
+)
+from reference.model_sizes import (
+    Dtype as Dtype,
 )
 from reference.model_sizes import (
     ModelSizes as ModelSizes,
@@ -90,6 +95,9 @@ from reference.size_presets import (
 from reference.size_presets import (
     model_names as model_names,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # --- shapes ----------------------------------------------------------------------------
 
@@ -183,9 +191,9 @@ class TensorSpec:
 def recurrent_tensor_specs(
     m: ModelSizes,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
-    conv_dtype: torch.dtype | None = None,
-    kv_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
+    conv_dtype: Dtype | None = None,
+    kv_dtype: Dtype | None = None,
 ) -> list[TensorSpec]:
     """Every per-sequence tensor of the recurrent axis (boundary row excluded).
 
@@ -193,9 +201,9 @@ def recurrent_tensor_specs(
     ``swa<i>.ring_k`` / ``swa<i>.ring_v`` for sliding-window layers (``i`` counts layers of
     that kind). The dtype overrides default to the model's own.
     """
-    state_dt = m.ssm_state_dtype if ssm_state_dtype is None else ssm_state_dtype
-    conv_dt = m.dtype if conv_dtype is None else conv_dtype
-    kv_dt = m.dtype if kv_dtype is None else kv_dtype
+    state_dt = dtype_from_name(m.ssm_state_dtype if ssm_state_dtype is None else ssm_state_dtype)
+    conv_dt = dtype_from_name(m.dtype if conv_dtype is None else conv_dtype)
+    kv_dt = dtype_from_name(m.dtype if kv_dtype is None else kv_dtype)
     specs: list[TensorSpec] = []
     for kind in RECURRENT_KINDS:
         for i in range(m.recurrent_layers(kind)):
@@ -208,12 +216,12 @@ def recurrent_tensor_specs(
 
 
 def kv_page_specs(
-    m: ModelSizes, block_size: int, *, kv_dtype: torch.dtype | None = None
+    m: ModelSizes, block_size: int, *, kv_dtype: Dtype | None = None
 ) -> list[TensorSpec]:
     """One KV page of every full-attention layer: ``attn<i>.k`` / ``attn<i>.v``, each
     ``(block_size, kv_heads, head_dim)``."""
     check_block_size(block_size)
-    kv_dt = m.dtype if kv_dtype is None else kv_dtype
+    kv_dt = dtype_from_name(m.dtype if kv_dtype is None else kv_dtype)
     shape = (block_size, m.num_key_value_heads, m.head_dim)
     specs: list[TensorSpec] = []
     for i in range(m.full_attention_layers):
@@ -245,9 +253,9 @@ class RecurrentBytes:
 def recurrent_breakdown(
     m: ModelSizes,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
-    conv_dtype: torch.dtype | None = None,
-    kv_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
+    conv_dtype: Dtype | None = None,
+    kv_dtype: Dtype | None = None,
 ) -> RecurrentBytes:
     """Per-sequence recurrent bytes split into conv windows, states and rings.
 
@@ -272,9 +280,9 @@ def recurrent_breakdown(
 def recurrent_bytes_per_sequence(
     m: ModelSizes,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
-    conv_dtype: torch.dtype | None = None,
-    kv_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
+    conv_dtype: Dtype | None = None,
+    kv_dtype: Dtype | None = None,
 ) -> int:
     """Bytes of one sequence's recurrent axis, boundary row excluded (bytes per sequence).
 
@@ -287,7 +295,7 @@ def recurrent_bytes_per_sequence(
     ).total
 
 
-def kv_bytes_per_token(m: ModelSizes, *, kv_dtype: torch.dtype | None = None) -> int:
+def kv_bytes_per_token(m: ModelSizes, *, kv_dtype: Dtype | None = None) -> int:
     """Paged KV bytes one token adds (bytes per token): full-attention layers only, K and V.
 
     ``full_attention_layers · 2 · kv_heads · head_dim · kv_bytes``. Sliding-window layers are
@@ -306,7 +314,7 @@ def draft_layers(m: ModelSizes) -> int:
     return m.mtp_layers if m.mtp_layers else 1
 
 
-def draft_kv_bytes_per_token(m: ModelSizes, *, kv_dtype: torch.dtype | None = None) -> int:
+def draft_kv_bytes_per_token(m: ModelSizes, *, kv_dtype: Dtype | None = None) -> int:
     """KV bytes one token adds to the draft head's pages (bytes per token).
 
     ``draft_layers(m) · 2 · kv_heads · head_dim · kv_bytes``.
@@ -372,8 +380,8 @@ def snapshot_slot_bytes(
     with_draft: bool = False,
     boundary_hidden: bool | None = None,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
-    kv_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
+    kv_dtype: Dtype | None = None,
 ) -> SnapshotSlotBytes:
     """Bytes of one snapshot slot, per axis (DESIGN §1, §3 sizing from a byte budget).
 
@@ -409,8 +417,8 @@ def snapshot_slot_bytes(
 def kv_tokens_per_checkpoint(
     m: ModelSizes,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
-    kv_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
+    kv_dtype: Dtype | None = None,
 ) -> float | None:
     """``recurrent_bytes_per_sequence / kv_bytes_per_token``: how many tokens of paged KV
     one recurrent checkpoint costs (tokens); ``None`` for a model without full attention."""
@@ -499,7 +507,7 @@ def size_report(
     block_size: int = 16,
     with_draft: bool = False,
     *,
-    ssm_state_dtype: torch.dtype | None = None,
+    ssm_state_dtype: Dtype | None = None,
 ) -> dict[str, object]:
     """Everything above for one model, as JSON-ready data (bytes, tokens, FLOPs).
 

@@ -16,8 +16,9 @@
     hyckpt sweep SCENARIO [...] sweep axes x seeds, save results, build report (sim.sweep)
     hyckpt report DIR           rebuild figures and summary.md from DIR/results (sim.report)
     hyckpt crosscheck SCENARIO  reference vs gpu backend, captures bitwise (sim.crosscheck)
-    hyckpt vectors [--out DIR]  write the JSON vectors (reference.vectors)
-    hyckpt replay-vectors [DIR] replay them against an implementation (reference.vectors_replay)
+    hyckpt vectors [--out DIR]  write the JSON vectors (reference.conformance.vectors)
+    hyckpt replay-vectors [DIR] replay them against an implementation
+                                (reference.conformance.vectors_replay)
     hyckpt serve-protocol       serve the reference over the stdio protocol (docs/PROTOCOL.md)
     hyckpt --version
 
@@ -112,19 +113,19 @@ def _run_crosscheck(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _run_vectors(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from reference import vectors
+    from reference.conformance import vectors
 
     return vectors.run(args)
 
 
 def _run_replay_vectors(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from reference import vectors_replay
+    from reference.conformance import vectors_replay
 
     return vectors_replay.run(args)
 
 
 def _run_serve_protocol(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from reference import protocol_server
+    from reference.conformance import protocol_server
 
     return protocol_server.run(args)
 
@@ -329,7 +330,7 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "--check compares instead and exits 1 on a difference (docs/PROTOCOL.md).",
     )
     if wants("vectors"):
-        from reference import vectors
+        from reference.conformance import vectors
 
         vectors.add_arguments(vectors_parser)
     vectors_parser.set_defaults(handler=_run_vectors, command_parser=vectors_parser)
@@ -342,7 +343,7 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "each mismatch and exit 1 if there is one (docs/PROTOCOL.md).",
     )
     if wants("replay-vectors"):
-        from reference import vectors_replay
+        from reference.conformance import vectors_replay
 
         vectors_replay.add_arguments(replay)
     replay.set_defaults(handler=_run_replay_vectors, command_parser=replay)
@@ -354,7 +355,7 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "ends (docs/PROTOCOL.md); serves the reference unless --impl names another.",
     )
     if wants("serve-protocol"):
-        from reference import protocol_server
+        from reference.conformance import protocol_server
 
         protocol_server.add_arguments(serve)
     serve.set_defaults(handler=_run_serve_protocol, command_parser=serve)

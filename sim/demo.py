@@ -37,10 +37,10 @@ from reference.api import (
     PrefillChunk,
     Reservation,
 )
+from reference.conformance.vectors_replay import same_json
 from reference.errors import HyckptError, InvalidConfigError, UnknownPolicyError
 from reference.index import make_index
 from reference.placement import make_placement
-from reference.vectors_replay import same_json
 from sim.config_fields import config_int, config_ints, config_str, config_table
 from sim.demo_exactness import ExactnessPlan, parse_exactness, show_exactness
 from sim.scenarios.schema import suggestion

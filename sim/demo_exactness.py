@@ -1,6 +1,6 @@
 """The demo's exactness section: capture → restore → continue on the tiny model (DESIGN §6).
 
-For each configured checkpoint position ``p``, :func:`reference.exactness.play` prefills
+For each configured checkpoint position ``p``, :func:`reference.conformance.exactness.play` prefills
 request A, stores its checkpoint at ``p``, restores it for request B (same prefix, a
 different successor token) in another batch slot and new pages, continues B, and
 compares it with a from-scratch prefill of B. The report says how the checkpoint was
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from reference.conformance.exactness import VOCAB, Case, mismatches, model_for, play
 from reference.errors import InvalidConfigError
-from reference.exactness import VOCAB, Case, mismatches, model_for, play
 from reference.impl import implementation
 from reference.model import LAYER_KINDS
 from sim.config_fields import config_int, config_ints, config_table

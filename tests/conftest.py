@@ -1,10 +1,12 @@
 """Pytest wiring: the implementation under test (``--impl``), the device (``--device``)
 and Hypothesis profiles.
 
-Conformance tests take the ``impl`` fixture and use only the Protocols in
-:mod:`reference.api`, so ``pytest --impl mypkg.hyckpt_adapter:implementation`` runs the
-same suite against another implementation. Features an implementation does not declare
-are skipped with the reason.
+The conformance tests (``tests/conformance/``) take the ``impl`` fixture and use only the
+Protocols in :mod:`reference.api`, so ``pytest tests/conformance --impl
+mypkg.hyckpt_adapter:implementation`` runs the same suite against another implementation.
+Features an implementation does not declare are skipped with the reason. The options are
+defined here, at the top of ``tests/``, so that ``pytest --impl ...`` from the repository
+root works as well as ``pytest tests/conformance --impl ...``.
 
 ``--device`` (``cpu``, the default, or ``cuda``) is where the GPU layer's own tests
 (``tests/test_gpu_*.py``) create their tensors (the ``device`` fixture). With ``cpu`` the
@@ -24,9 +26,9 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from reference.api import Implementation, LookupHit
+from reference.conformance.loading import default_spec, load_implementation
 from reference.errors import ImplementationLoadError
-from reference.loading import default_spec, load_implementation
-from tests import rules_report
+from tests.conformance import rules_report
 
 settings.register_profile(
     "default", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow]

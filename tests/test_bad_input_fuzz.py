@@ -25,26 +25,26 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import (
-    AllocationTooLargeError,
-    HyckptError,
-    ImplementationLoadError,
-    InvalidConfigError,
-)
-from reference.protocol import ALL_OPS, ProtocolError, parse_response, request_line
-from reference.protocol_client import (
+from reference.conformance.protocol import ALL_OPS, ProtocolError, parse_response, request_line
+from reference.conformance.protocol_client import (
     MAX_TIMEOUT_S,
     TIMEOUT_VAR,
     Connection,
     connect,
     timeout_from_environment,
 )
-from reference.protocol_client import implementation as protocol_implementation
-from reference.protocol_server import (
+from reference.conformance.protocol_client import implementation as protocol_implementation
+from reference.conformance.protocol_server import (
     MAX_CAPACITY,
     MAX_PROMPT_TOKENS,
     Session,
     reference_implementation,
+)
+from reference.errors import (
+    AllocationTooLargeError,
+    HyckptError,
+    ImplementationLoadError,
+    InvalidConfigError,
 )
 from reference.state import LiveState
 from reference.storage import MAX_STORAGE_BYTES, ReferenceStorage, bytes_per_slot
@@ -441,7 +441,7 @@ def test_replay_vectors_against_an_engine_that_never_answers_ends(
 def test_a_server_that_hangs_after_hello_stops_the_replay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from reference.vectors_replay import ConnectionTarget, load_directory, replay
+    from reference.conformance.vectors_replay import ConnectionTarget, load_directory, replay
 
     hello = {
         "version": 1,
@@ -587,7 +587,7 @@ def test_the_server_survives_a_memory_error(served: tuple[Session, int]) -> None
 def test_the_client_raises_the_limit_as_its_class() -> None:
     """Through a real server process: the typed error crosses the wire, and the server
     keeps serving."""
-    impl = protocol_implementation([sys.executable, "-m", "reference.protocol_server"])
+    impl = protocol_implementation([sys.executable, "-m", "reference.conformance.protocol_server"])
     with pytest.raises(AllocationTooLargeError, match="capacity=1000000000000"):
         impl.make_index(10**12)
     assert impl.make_index(3).free_count() == 3

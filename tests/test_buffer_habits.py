@@ -1,4 +1,5 @@
-"""The buffer habits of real engines (``reference/buffer_habits.py``) do what they claim.
+"""The buffer habits of real engines (``reference/conformance/buffer_habits.py``) do what
+they claim.
 
 The exactness harness and the simulation's tensor backend rely on them to expose bugs
 that dense, fresh tensors hide; a habit that silently did nothing would make those
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference.buffer_habits import (
+from reference.conformance.buffer_habits import (
     CLEAN,
     GRAPH_PADDING,
     HABIT_NAMES,

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 POLICY_NAMES = ("vllm-align", "block-floor", "interval", "turns", "branch")
 
 
-# --- the demo (before scenarios, the no-argument run; see tests/test_scenarios.py) ------
+# --- the demo (before scenarios, the no-argument run; see tests/test_scenarios_cli.py) --
 
 
 def test_demo_runs_with_the_embedded_configuration(capsys: pytest.CaptureFixture[str]) -> None:

@@ -121,8 +121,14 @@ def test_check_takes_folders_and_a_missing_path_is_exit_2(
     assert main(["check", str(tmp_path / "empty")]) == 2
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--help"], ["check", str(SCENARIO_DIR)]],
+    ids=["version", "help", "check"],
+)
 def test_starting_without_work_does_not_import_torch(argv: list[str]) -> None:
+    """Torch takes seconds to import: commands that parse or validate never need it
+    (``check`` validates every shipped scenario, memory plans included)."""
     code = (
         "import sys\n"
         "from sim.cli import main\n"

@@ -12,7 +12,7 @@ BROKEN = "tests.impls.pin_ignoring:implementation"
 LATE_EXPORTER = "tests.impls.late_exporter:implementation"
 NO_OPTIONAL_FEATURES = "tests.impls.no_optional_features:implementation"
 ONE_CAPABILITY_MISSING = "tests.impls.one_capability_missing"
-INDEX_MISUSE = "test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing"
+INDEX_MISUSE = "test_index_misuse.py::test_misuse_raises_a_typed_error_and_changes_nothing"
 FOREIGN = "test_index_edges.py::test_publishing_something_that_is_not_a_reservation_is_foreign"
 
 
@@ -34,27 +34,31 @@ def run_suite(*args: str, env: dict[str, str] | None = None) -> set[str]:
 
 
 def test_a_pin_ignoring_index_fails_the_conformance_suite() -> None:
-    failed = run_suite("tests/test_index.py", "tests/test_index_stateful.py", "--impl", BROKEN)
-    assert "tests/test_index.py::test_no_slot_is_a_normal_outcome" in failed
+    failed = run_suite(
+        "tests/conformance/test_index.py",
+        "tests/conformance/test_index_stateful.py",
+        "--impl",
+        BROKEN,
+    )
+    assert "tests/conformance/test_index.py::test_no_slot_is_a_normal_outcome" in failed
     assert any("test_index_matches_the_dictionary_model" in name for name in failed)
-    assert "tests/test_index.py::test_seed_evicts_least_recent" not in failed
+    assert "tests/conformance/test_index.py::test_seed_evicts_least_recent" not in failed
 
 
 def test_the_environment_variable_selects_the_implementation() -> None:
-    target = "tests/test_index.py::test_no_slot_is_a_normal_outcome"
+    target = "tests/conformance/test_index.py::test_no_slot_is_a_normal_outcome"
     assert run_suite(target) == set()
     assert run_suite(target, env={"HYCKPT_IMPL": BROKEN}) == {target}
 
 
 def test_the_exactness_harness_plays_the_implementations_exporter() -> None:
     """An exporter one token late fails every case it stores, and only those."""
-    failed = run_suite("tests/test_exactness.py", "--impl", LATE_EXPORTER)
-    worked = "tests/test_exactness.py::test_worked_examples"
+    failed = run_suite("tests/conformance/test_exactness.py", "--impl", LATE_EXPORTER)
+    exactness = "tests/conformance/test_exactness.py"
+    worked = f"{exactness}::test_worked_examples"
     assert f"{worked}[exporter-p-mod-B-nonzero-no-draft]" in failed
     assert f"{worked}[exporter-p-mod-B-zero-draft]" in failed
-    assert "tests/test_exactness.py::test_restore_then_continue_is_bitwise_equal_to_scratch" in (
-        failed
-    )
+    assert f"{exactness}::test_restore_then_continue_is_bitwise_equal_to_scratch" in failed
     assert not any("capture-at-chunk-end" in name for name in failed), failed
     assert not any("no-draft-capture" in name for name in failed), failed
 
@@ -64,11 +68,14 @@ def test_undeclared_features_are_skipped_with_the_reason() -> None:
     which raises if called), the index, storage and exactness suites skip what needs them
     and pass the rest."""
     output = run_pytest(
-        "tests/test_exactness.py",
-        "tests/test_index.py",
-        "tests/test_index_stateful.py",
-        "tests/test_storage.py",
-        "tests/test_storage_stateful.py",
+        "tests/conformance/test_exactness.py",
+        "tests/conformance/test_index.py",
+        "tests/conformance/test_index_eviction.py",
+        "tests/conformance/test_index_misuse.py",
+        "tests/conformance/test_index_stateful.py",
+        "tests/conformance/test_storage.py",
+        "tests/conformance/test_storage_misuse.py",
+        "tests/conformance/test_storage_stateful.py",
         "--impl",
         NO_OPTIONAL_FEATURES,
     )
@@ -84,7 +91,7 @@ def test_undeclared_features_are_skipped_with_the_reason() -> None:
         "test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness[no-conv-window-no-draft-capture]",
         "test_index_stateful.py::test_index_matches_the_dictionary_model[lru]",
         "test_storage_stateful.py::test_storage_matches_the_dictionary_model[no-draft]",
-        "test_storage.py::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
+        "test_storage_misuse.py::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
     ):
         assert name in passed, passed
 
@@ -118,9 +125,11 @@ def test_each_missing_index_capability_is_skipped_alone(
     missing at once (above) a test that requires one capability but calls another hides."""
     factory = {"two-phase-publish": "no_two_phase_publish", "invalidate": "no_invalidate"}
     output = run_pytest(
-        "tests/test_index.py",
-        "tests/test_index_edges.py",
-        "tests/test_index_stateful.py",
+        "tests/conformance/test_index.py",
+        "tests/conformance/test_index_eviction.py",
+        "tests/conformance/test_index_misuse.py",
+        "tests/conformance/test_index_edges.py",
+        "tests/conformance/test_index_stateful.py",
         "--impl",
         f"{ONE_CAPABILITY_MISSING}:{factory[capability]}",
     )
@@ -133,11 +142,14 @@ def test_each_missing_index_capability_is_skipped_alone(
 
 
 MISUSE_TESTS = (
-    "tests/test_index.py",
-    "tests/test_index_edges.py",
-    "tests/test_placement.py",
-    "tests/test_storage.py",
-    "tests/test_export.py",
+    "tests/conformance/test_index.py",
+    "tests/conformance/test_index_eviction.py",
+    "tests/conformance/test_index_misuse.py",
+    "tests/conformance/test_index_edges.py",
+    "tests/conformance/test_placement.py",
+    "tests/conformance/test_storage.py",
+    "tests/conformance/test_storage_misuse.py",
+    "tests/conformance/test_export.py",
 )
 
 
@@ -154,12 +166,14 @@ def test_an_engine_is_held_to_its_error_types_not_the_references_wording(
     output = run_pytest(*MISUSE_TESTS, "--impl", "engine_adapter:implementation", env=env)
     assert not outcomes(output, "FAILED"), "\n".join(outcomes(output, "FAILED"))
     failed = run_suite(*MISUSE_TESTS, "--impl", "tests.impls.reworded:implementation")
-    assert f"tests/{INDEX_MISUSE}[unpin" in failed  # ids are cut at their first space
-    assert any("test_storage.py::test_misuse" in name for name in failed)
+    assert f"tests/conformance/{INDEX_MISUSE}[unpin" in failed  # ids are cut at their first space
+    assert any("test_storage_misuse.py::test_misuse" in name for name in failed)
 
 
 def test_a_factory_that_cannot_be_loaded_stops_the_session_with_one_error() -> None:
-    result = run_pytest_process("tests/test_index.py", "--impl", "no_such_module_hyckpt:make")
+    result = run_pytest_process(
+        "tests/conformance/test_index.py", "--impl", "no_such_module_hyckpt:make"
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 4, output[-2000:]  # pytest's usage error: nothing ran
     assert output.count("cannot load the implementation under test") == 1
@@ -168,7 +182,7 @@ def test_a_factory_that_cannot_be_loaded_stops_the_session_with_one_error() -> N
 
 
 def test_an_implementation_is_shown_by_name() -> None:
-    from reference.loading import load_implementation
+    from reference.conformance.loading import load_implementation
 
     assert repr(load_implementation()) == "<implementation 'reference'>"
 
@@ -183,7 +197,11 @@ def test_an_external_implementation_gets_the_impl_profile_and_its_own_database(
     )
     env = {"PYTHONPATH": str(tmp_path), "HYPOTHESIS_PROFILE": ""}
     result = run_pytest_process(
-        "-v", "tests/test_index_use_rules.py", "--impl", "outside_adapter:implementation", env=env
+        "-v",
+        "tests/conformance/test_index_use_rules.py",
+        "--impl",
+        "outside_adapter:implementation",
+        env=env,
     )
     assert result.returncode == 0, result.stdout[-2000:]
     assert "Hypothesis profile impl" in result.stdout

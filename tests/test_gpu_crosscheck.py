@@ -38,7 +38,8 @@ from gpu.export import GpuExporter, export_layers_to_storage
 from gpu.impl import implementation
 from gpu.storage import GpuStorage
 from reference.api import Implementation
-from reference.buffer_habits import BufferHabits
+from reference.conformance.buffer_habits import BufferHabits
+from reference.conformance.exactness import mismatches, play
 from reference.errors import (
     AxisNotConfiguredError,
     HyckptError,
@@ -49,15 +50,14 @@ from reference.errors import (
     SlotStateError,
     ValidRowsError,
 )
-from reference.exactness import mismatches, play
 from reference.export import LayerExport, ReferenceExporter, export_to_storage
 from reference.impl import implementation as reference_implementation
 from reference.index import make_index
 from reference.state import LiveState
 from reference.storage import ReferenceStorage, bytes_per_slot
+from tests.conformance._storage_helpers import bits, poison, random_tensor, same_bits
+from tests.conformance.test_exactness import STORED_BY, habit_case
 from tests.pytest_runs import run_pytest
-from tests.test_exactness import STORED_BY, habit_case
-from tests.test_storage import bits, poison, random_tensor, same_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES4 = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -795,8 +795,9 @@ def _prepared(device: torch.device) -> Twin:
 
 Misuse = Callable[[ReferenceStorage, torch.Tensor], object]
 
-#: Batched misuse (the single-pair misuse is covered by tests/test_storage.py run with
-#: --impl gpu.impl:implementation): the error and a word of its message.
+#: Batched misuse (the single-pair misuse is covered by
+#: tests/conformance/test_storage_misuse.py run with --impl gpu.impl:implementation): the
+#: error and a word of its message.
 BATCH_MISUSE: dict[str, tuple[Misuse, type[HyckptError], str]] = {
     "lengths differ": (
         lambda s, h: s.capture_recurrent_batch([0, 1], [0]),
@@ -1341,7 +1342,7 @@ def test_restores_through_the_gpu_layer_are_exact_with_every_engine_habit(
 ) -> None:
     """The exactness harness end to end with the GPU layer's storage and exporter, with
     padded pools, reallocation, shared exporter calls and sliced inputs at once
-    (``reference.buffer_habits``). The tiny model runs on the CPU, so the kernels run
+    (``reference.conformance.buffer_habits``). The tiny model runs on the CPU, so the kernels run
     interpreted, with ``--device=cuda`` too."""
     case = habit_case(stored_by, draft, BufferHabits.every())
     assert mismatches(play(implementation(), case), case) == []
@@ -1356,12 +1357,13 @@ def test_the_gpu_implementation_declares_the_reference_capabilities() -> None:
 
 
 def test_the_conformance_suite_passes_against_the_gpu_layer(request: pytest.FixtureRequest) -> None:
-    """``pytest tests/test_storage.py tests/test_export.py tests/test_storage_stateful.py
+    """``pytest tests/conformance/test_storage*.py tests/conformance/test_export.py
     --impl gpu.impl:implementation``, with the fast ``smoke`` Hypothesis profile."""
     result = run_pytest(
-        "tests/test_storage.py",
-        "tests/test_export.py",
-        "tests/test_storage_stateful.py",
+        "tests/conformance/test_storage.py",
+        "tests/conformance/test_storage_misuse.py",
+        "tests/conformance/test_export.py",
+        "tests/conformance/test_storage_stateful.py",
         "--impl",
         "gpu.impl:implementation",
         f"--device={request.config.getoption('--device')}",

@@ -28,8 +28,15 @@ from gpu.storage import GpuStorage
 from reference.errors import AxisNotConfiguredError, HyckptError, SlotStateError
 from reference.state import LiveState
 from reference.storage import ReferenceStorage
+from tests.conformance._storage_helpers import (
+    BATCH_SLOTS,
+    BLOCK,
+    HIDDEN_DIM,
+    NUM_PAGES,
+    make_live,
+    random_tensor,
+)
 from tests.test_gpu_crosscheck import STATEFUL_EXAMPLES, Twin, place
-from tests.test_storage import BATCH_SLOTS, BLOCK, HIDDEN_DIM, NUM_PAGES, make_live, random_tensor
 
 RECURRENT_SLOTS = 3
 PARTIAL_SLOTS = 3

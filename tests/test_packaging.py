@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from reference.conformance.loading import DEFAULT_IMPL, ENV_VAR, default_spec, load_implementation
 from reference.errors import HyckptError, ImplementationLoadError
-from reference.loading import DEFAULT_IMPL, ENV_VAR, default_spec, load_implementation
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -1,11 +1,12 @@
 """Edge cases of the reference placement (DESIGN §2, SEMANTICS §1) found by mutation testing.
 
-Each test pins a rule that the main suite (``tests/test_placement.py``) left loose: the
-``vllm-align`` position below one hash unit with a dropped draft block, the five validity
-rules of ``vllm_align_valid`` for any position (not only ``P(qe)``), the first block-table
-column, parameter validation at the minimum and for ``bool`` values, hashable policies,
-and the generator of ``vectors/placement.json`` stopping when the reference drifts from a
-documented value. The oracles are spelled out from the documents, not copied from the code.
+Each test pins a rule that the main suite (``tests/conformance/test_placement.py``) left
+loose: the ``vllm-align`` position below one hash unit with a dropped draft block, the five
+validity rules of ``vllm_align_valid`` for any position (not only ``P(qe)``), the first
+block-table column, parameter validation at the minimum and for ``bool`` values, hashable
+policies, and the generator of ``vectors/placement.json`` stopping when the reference
+drifts from a documented value. The oracles are spelled out from the documents, not copied
+from the code.
 
 All counts and positions are in tokens.
 """
@@ -22,11 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference import placement as ref
-from reference import vectors_placement
 from reference.api import PrefillChunk
+from reference.conformance import vectors_placement
+from reference.conformance.vectors_record import DesignDrift
 from reference.errors import InvalidConfigError, InvalidTokenCountError, UnknownPolicyError
-from reference.vectors_record import DesignDrift
-from tests.test_placement import VALID_VECTORS
+from tests.conformance._placement_helpers import VALID_VECTORS
 
 
 def cdiv(a: int, b: int) -> int:

@@ -34,11 +34,8 @@ from reference.api import (
     ReservationState,
     SlotState,
 )
-from reference.errors import HyckptError, ImplementationLoadError
-from reference.hashing import HashedPrompt
-from reference.impl import CAPABILITIES
-from reference.loading import load_implementation
-from reference.protocol import (
+from reference.conformance.loading import load_implementation
+from reference.conformance.protocol import (
     ALL_OPS,
     ERROR_TYPES,
     INDEX_CAPABILITIES,
@@ -53,9 +50,14 @@ from reference.protocol import (
     parse_response,
     request_line,
 )
-from reference.protocol_client import COMMAND_VAR, Connection, RemoteReservation, connect
-from reference.protocol_client import implementation as protocol_implementation
-from reference.protocol_codec import (
+from reference.conformance.protocol_client import (
+    COMMAND_VAR,
+    Connection,
+    RemoteReservation,
+    connect,
+)
+from reference.conformance.protocol_client import implementation as protocol_implementation
+from reference.conformance.protocol_codec import (
     chunk_arg,
     cost_arg,
     decode_hit,
@@ -74,9 +76,12 @@ from reference.protocol_codec import (
     key_arg,
     prompt_arg,
 )
+from reference.errors import HyckptError, ImplementationLoadError
+from reference.hashing import HashedPrompt
+from reference.impl import CAPABILITIES
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = [sys.executable, "-m", "reference.protocol_server"]
+SERVER = [sys.executable, "-m", "reference.conformance.protocol_server"]
 SERVER_CMD = " ".join(SERVER)
 MODEL = "model"
 PROMPT = list(range(64))
@@ -434,9 +439,9 @@ def test_a_server_that_exits_is_a_load_error_with_its_stderr() -> None:
 def test_the_command_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(COMMAND_VAR, raising=False)
     with pytest.raises(ImplementationLoadError, match=COMMAND_VAR):
-        load_implementation("reference.protocol_client:implementation")
+        load_implementation("reference.conformance.protocol_client:implementation")
     monkeypatch.setenv(COMMAND_VAR, SERVER_CMD)
-    loaded = load_implementation("reference.protocol_client:implementation")
+    loaded = load_implementation("reference.conformance.protocol_client:implementation")
     assert loaded.name == "protocol:reference"
 
 
@@ -453,11 +458,13 @@ def test_conformance_suite_passes_through_the_protocol() -> None:
             "pytest",
             "-p",
             "no:cacheprovider",
-            "tests/test_placement.py",
-            "tests/test_index.py",
-            "tests/test_index_stateful.py",
+            "tests/conformance/test_placement.py",
+            "tests/conformance/test_index.py",
+            "tests/conformance/test_index_eviction.py",
+            "tests/conformance/test_index_misuse.py",
+            "tests/conformance/test_index_stateful.py",
             "--impl",
-            "reference.protocol_client:implementation",
+            "reference.conformance.protocol_client:implementation",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -467,6 +474,7 @@ def test_conformance_suite_passes_through_the_protocol() -> None:
     )
     output = result.stdout[-4000:] + result.stderr[-2000:]
     assert result.returncode == 0, output
-    assert "implementation under test: reference.protocol_client:implementation" in result.stdout
+    spec = "reference.conformance.protocol_client:implementation"
+    assert f"implementation under test: {spec}" in result.stdout
     summary = result.stdout.rstrip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, output

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+from tests.conformance.rules_report import SEMANTICS, RulesReport, rules_of
 from tests.pytest_runs import run_pytest
-from tests.rules_report import SEMANTICS, RulesReport, rules_of
 
 DOC = """\
 ## 1. Things
@@ -36,6 +36,19 @@ def test_rules_and_their_citations_are_read_from_the_text() -> None:
     assert rules["A2"].title == "A plain sentence"
     assert rules["A2"].tests == ["tests/test_a.py::test_three"], "a blank line inside a rule"
     assert rules["§1.1"].tests == ["tests/test_a.py::test_four", "tests/test_b.py"]
+
+
+def test_citations_of_tests_in_folders_under_tests_are_read() -> None:
+    """``tests/conformance/...`` (and any deeper folder) is cited like ``tests/...``; a
+    path that only ends in ``tests/...`` (another project's tree) is not."""
+    doc = (
+        "- **A1. One.** — `tests/conformance/test_a.py::test_one`, "
+        "`tests/layer/deeper/test_b.py`, `other/tests/test_c.py::test_x`\n"
+    )
+    assert rules_of(doc)["A1"].tests == [
+        "tests/conformance/test_a.py::test_one",
+        "tests/layer/deeper/test_b.py",
+    ]
 
 
 def test_every_rule_of_the_semantics_is_found() -> None:
@@ -151,19 +164,19 @@ def test_a_failing_case_breaks_only_the_rules_it_is_marked_with() -> None:
 
 def test_the_rule_marks_of_the_misuse_tables_name_rules_that_cite_the_test() -> None:
     """A mark naming a rule that does not cite its test would hide the failure."""
-    from tests import test_exactness, test_index, test_storage
+    from tests.conformance import test_exactness, test_index_misuse, test_storage_misuse
 
     rules = rules_of(SEMANTICS.read_text(encoding="utf-8"))
+    misuse = "test_misuse_raises_a_typed_error_and_changes_nothing"
+    index, storage = test_index_misuse, test_storage_misuse
     marked = {
-        "tests/test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing": {
-            r for misuse in test_index.MISUSES.values() for r in test_index.misuse_rules(misuse)
+        f"tests/conformance/test_index_misuse.py::{misuse}": {
+            r for case in index.MISUSES.values() for r in index.misuse_rules(case)
         },
-        "tests/test_storage.py::test_misuse_raises_a_typed_error_and_changes_nothing": {
-            r
-            for _, error, _ in test_storage.MISUSE.values()
-            for r in test_storage.misuse_rules(error)
+        f"tests/conformance/test_storage_misuse.py::{misuse}": {
+            r for _, error, _ in storage.MISUSE.values() for r in storage.misuse_rules(error)
         },
-        "tests/test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness": {
+        "tests/conformance/test_exactness.py::test_an_incomplete_checkpoint_breaks_exactness": {
             "X7",
             *(r for *_, extra in test_exactness.CORRUPTIONS for r in extra),
         },
@@ -178,8 +191,8 @@ def test_the_rule_marks_of_the_misuse_tables_name_rules_that_cite_the_test() -> 
 def test_the_option_prints_the_verdicts() -> None:
     result = run_pytest(
         "--rules",
-        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
-        "tests/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",
+        "tests/conformance/test_index.py::test_seed_returns_longest_match_above_replay",
+        "tests/conformance/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:]
@@ -194,8 +207,8 @@ def test_the_option_marks_rules_checked_only_on_the_reference() -> None:
     about the implementation, so the rule is ``ref-only`` while L2 (through ``impl``) is ok."""
     result = run_pytest(
         "--rules",
-        "tests/test_index.py::test_capacity_counts_every_slab_of_a_slot",
-        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
+        "tests/test_index_reference.py::test_capacity_counts_every_slab_of_a_slot",
+        "tests/conformance/test_index.py::test_seed_returns_longest_match_above_replay",
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:]
@@ -213,13 +226,14 @@ def test_a_pin_bug_breaks_the_pin_rules_and_not_the_settlement_rule() -> None:
         "--rules",
         "--impl",
         "tests.impls.bugs_placement_index:unpin_clamps",
-        "tests/test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing",
+        "tests/conformance/test_index_misuse.py::"
+        "test_misuse_raises_a_typed_error_and_changes_nothing",
         timeout=300,
     )
     assert result.returncode == 1, result.stdout[-3000:]
     verdicts = dict(re.findall(r"^([A-Z]+\d+) +(ok|FAILED|skipped|touched) ", result.stdout, re.M))
     assert verdicts == {"R3": "touched", "P1": "FAILED", "S2": "FAILED"}, result.stdout[-3000:]
-    assert "touched by: tests/test_index.py::test_misuse" in result.stdout
+    assert "touched by: tests/conformance/test_index_misuse.py::test_misuse" in result.stdout
 
 
 def test_a_failure_is_blamed_on_the_rule_it_is_about_and_only_touches_the_others() -> None:
@@ -264,18 +278,19 @@ def test_failures_that_no_rule_cites_are_listed() -> None:
     assert collected.uncited_failures() == ["tests/test_c.py::test_uncited[x]"]
 
 
+UNKNOWN_POLICY = "test_unknown_eviction_policy_names_the_known_ones"
+
+
 def test_the_option_lists_an_uncited_failure_after_the_verdicts() -> None:
     result = run_pytest(
         "--rules",
         "--impl",
         "tests.impls.reworded:implementation",
-        "tests/test_index.py::test_seed_returns_longest_match_above_replay",
-        "tests/test_index.py::test_unknown_eviction_policy_names_the_known_ones",
+        "tests/conformance/test_index.py::test_seed_returns_longest_match_above_replay",
+        f"tests/conformance/test_index_eviction.py::{UNKNOWN_POLICY}",
         timeout=300,
     )
     assert result.returncode == 1, result.stdout[-3000:]
     assert re.search(r"^0 of \d+ rules broken$", result.stdout, re.M), result.stdout[-3000:]
     assert "1 failed test(s) cite no rule" in result.stdout, result.stdout[-3000:]
-    assert "failed: tests/test_index.py::test_unknown_eviction_policy_names_the_known_ones" in (
-        result.stdout
-    )
+    assert f"failed: tests/conformance/test_index_eviction.py::{UNKNOWN_POLICY}" in result.stdout

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from reference.api import Implementation
-from reference.buffer_habits import HABIT_NAMES
+from reference.conformance.buffer_habits import HABIT_NAMES
 from reference.errors import ImplementationLoadError, InvalidConfigError
 from reference.export import ReferenceExporter
 from reference.impl import implementation as reference_implementation

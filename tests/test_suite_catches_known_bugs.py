@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from reference.buffer_habits import CLEAN, BufferHabits
-from reference.exactness import mismatches, play
-from reference.loading import load_implementation
-from reference.vectors_replay import SessionTarget, replay_directory
+from reference.conformance.buffer_habits import CLEAN, BufferHabits
+from reference.conformance.exactness import mismatches, play
+from reference.conformance.loading import load_implementation
+from reference.conformance.vectors_replay import SessionTarget, replay_directory
+from tests.conformance.test_exactness import habit_case
 from tests.impls.bug_catalog import CATALOG, LAYERS
 from tests.impls.known_bug import KnownBug
 from tests.pytest_runs import ROOT, run_pytest
-from tests.test_exactness import habit_case
 
 CONFORMANCE_DOC = ROOT / "docs" / "CONFORMANCE.md"
 
@@ -131,13 +131,13 @@ def test_the_suite_catches_the_bug(bug: KnownBug, suite_runs: dict[str, SuiteRun
 )
 def test_the_suite_catches_the_bug_through_the_protocol(bug: KnownBug, tmp_path: Path) -> None:
     """The same files, run through the stdio protocol client against a server that serves
-    the broken implementation (``python -m reference.protocol_server --impl ...``), fail
+    the broken implementation (``python -m reference.conformance.protocol_server --impl ...``), fail
     the same way: the wire neither hides a bug nor changes its message."""
-    server = f"{sys.executable} -m reference.protocol_server --impl {bug.spec}"
+    server = f"{sys.executable} -m reference.conformance.protocol_server --impl {bug.spec}"
     run = run_suite(
         bug,
         tmp_path,
-        spec="reference.protocol_client:implementation",
+        spec="reference.conformance.protocol_client:implementation",
         env={"HYCKPT_PROTOCOL_CMD": server},
     )
     assert_caught(bug, run)
@@ -155,7 +155,7 @@ def test_the_json_vectors_catch_the_bug(bug: KnownBug) -> None:
 
 
 #: Catalogue bugs that only an engine's buffers expose end to end, and the habit of
-#: :class:`~reference.buffer_habits.BufferHabits` that does.
+#: :class:`~reference.conformance.buffer_habits.BufferHabits` that does.
 BUFFER_BUGS = {
     "storage-ignores-strides": "padded_pools",
     "storage-keeps-old-pools": "reallocation",

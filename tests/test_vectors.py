@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reference.protocol_server import reference_implementation
-from reference.vectors import REGENERATE, generate, stale
-from reference.vectors_replay import (
+from reference.conformance.protocol_server import reference_implementation
+from reference.conformance.vectors import REGENERATE, generate, stale
+from reference.conformance.vectors_replay import (
     FILES,
     VECTORS_VERSION,
     ConnectionTarget,
@@ -27,7 +27,7 @@ from tests.impls.pin_ignoring import implementation as pin_ignoring
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "vectors"
-SERVER = [sys.executable, "-m", "reference.protocol_server"]
+SERVER = [sys.executable, "-m", "reference.conformance.protocol_server"]
 
 
 def replay_server(command: list[str]) -> Report:

@@ -6,10 +6,27 @@ Entry point: :func:`run_simulation` with a :class:`SimConfig` and a workload's r
 it returns a :class:`SimResult` (``to_json()``). See ``docs/SIMULATION.md``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from sim.engine.config import Faults, SimConfig
 from sim.engine.lockstep import RULES, LockstepChecker, Violation
 from sim.engine.result import SimResult
-from sim.engine.run import run_simulation
+
+if TYPE_CHECKING:
+    from sim.engine.run import run_simulation
+
+
+def __getattr__(name: str) -> Any:
+    # run_simulation pulls in the backends and with them torch: imported on first use,
+    # so that validating a scenario (``hyckpt check``) never waits for torch.
+    if name == "run_simulation":
+        from sim.engine.run import run_simulation
+
+        return run_simulation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RULES",

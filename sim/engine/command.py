@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from reference.buffer_habits import HABIT_NAMES
+from reference.conformance.habits import HABIT_NAMES
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -33,9 +33,9 @@ from sim.engine.config import (
     SimConfig,
 )
 from sim.engine.costs import GIB, GPU_PRESETS
+from sim.engine.deferred import run_simulation
 from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
-from sim.engine.run import run_simulation
 from sim.engine.sequence import RequestLike
 from sim.engine.sessions import SESSION_MODES, closed_loop
 from sim.engine.sources import TRACE_FORMATS, WORKLOAD_NAMES, build_trace, build_workload

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.buffer_habits import habits_named
+from reference.conformance.habits import habits_named
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -217,7 +217,7 @@ class SimConfig:
         check_exactness: real-tensor backends compare every restored request with a
             scratch prefill.
         buffer_habits: names of the buffer habits of real engines a real-tensor backend
-            plays (:mod:`reference.buffer_habits`: ``padded_pools``, ``reallocation``,
+            plays (:mod:`reference.conformance.buffer_habits`: ``padded_pools``, ``reallocation``,
             ``shared_export``, ``sliced_inputs``); none by default.
         mfu, mbu, copy_efficiency, step_overhead_s, copy_launch_s: cost model parameters
             (:class:`~sim.engine.costs.CostModel`).

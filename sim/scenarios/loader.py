@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from reference.conformance.loading import load_implementation
 from reference.errors import HyckptError
 from reference.eviction import make_eviction
-from reference.loading import load_implementation
 from reference.placement import make_placement
 from reference.sizes import MODELS
 from sim.engine.config import (

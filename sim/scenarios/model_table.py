@@ -278,9 +278,6 @@ def _sizes(
     first key the message names."""
     fields = {f.name for f in dataclasses.fields(ModelSizes)}
     kwargs = {key: value for key, value in values.items() if key in fields}
-    for key in ("dtype", "ssm_state_dtype"):
-        if isinstance(kwargs.get(key), str):
-            kwargs[key] = DTYPES[kwargs[key]]
     if counting:  # parameters are not known yet; 0 passes the checks that compare them
         kwargs.update(total_params=0, active_params=0)
     try:

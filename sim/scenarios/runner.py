@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from sim.engine.deferred import run_simulation
 from sim.engine.result import SimResult
-from sim.engine.run import run_simulation
 from sim.outputs import write_text_atomic
 from sim.scenarios.loader import Scenario
 from sim.scenarios.schema import EXPECTATIONS

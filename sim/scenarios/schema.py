@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reference.buffer_habits import HABIT_NAMES
+from reference.conformance.habits import HABIT_NAMES
 from reference.errors import InvalidConfigError
 from reference.eviction import POLICIES as EVICTION_POLICIES
 from reference.placement import POLICIES as PLACEMENT_POLICIES
@@ -178,7 +178,7 @@ def seed_list(value: object) -> str | None:
 
 
 def habit_list(value: object) -> str | None:
-    """A list of distinct buffer-habit names (:data:`reference.buffer_habits.HABIT_NAMES`)."""
+    """A list of distinct buffer-habit names (:data:`reference.conformance.habits.HABIT_NAMES`)."""
     expected = f"a list of distinct names among {', '.join(HABIT_NAMES)}"
     if not isinstance(value, list):
         return expected

@@ -17,7 +17,7 @@ EVICTS_PINNED = known_bug(
     "Evicts published slots whether or not a restore has pinned them, so a capture can "
     "overwrite a checkpoint in the middle of its restore.",
     "tests.impls.pin_ignoring:implementation",
-    ("tests/test_index.py::test_no_slot_is_a_normal_outcome",),
+    ("tests/conformance/test_index.py::test_no_slot_is_a_normal_outcome",),
     "pinned slots are not evicted",
 )
 
@@ -29,7 +29,7 @@ EXPORTS_ONE_TOKEN_LATE = known_bug(
     "the off-by-one of a kernel that stores the state once the token is in: every restore "
     "continues one token ahead.",
     "tests.impls.late_exporter:implementation",
-    ("tests/test_export.py::test_conv_window_equals_a_token_by_token_update",),
+    ("tests/conformance/test_export.py::test_conv_window_equals_a_token_by_token_update",),
     "differs from the window after feeding the row's first",
 )
 

@@ -363,7 +363,7 @@ def _bug(
     )
 
 
-STATEFUL = "tests/test_index_stateful.py"
+STATEFUL = "tests/conformance/test_index_stateful.py"
 DICTIONARY_MODEL = f"{STATEFUL}::test_index_matches_the_dictionary_model"
 
 BUGS: tuple[KnownBug, ...] = (
@@ -374,7 +374,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Floors the prompt end itself instead of the block before it, so a block-aligned "
         "prompt is checkpointed at its very end, where a repeat of the same prompt, which "
         "must still compute its last token, cannot use it.",
-        caught_by=("tests/test_placement.py::test_block_floor_vectors_through_policy",),
+        caught_by=("tests/conformance/test_placement.py::test_block_floor_vectors_through_policy",),
         message="at least one block before the end",
     ),
     _bug(
@@ -384,7 +384,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Captures the targets with start <= p < end, so a target on a chunk boundary is "
         "taken by the next chunk and a target at the end of the prompt is never taken.",
         caught_by=(
-            "tests/test_placement.py::test_boundary_position_captured_by_chunk_ending_there",
+            "tests/conformance/test_placement.py::test_boundary_position_captured_by_chunk_ending_there",
         ),
         message="a target on a boundary belongs to the chunk that ends there",
     ),
@@ -396,8 +396,8 @@ BUGS: tuple[KnownBug, ...] = (
         "speculation, a chunk that ends on the hit unit places its checkpoint at its own "
         "end, which no chunk may hold, and captures nothing.",
         caught_by=(
-            "tests/test_placement.py::test_vllm_align_vectors_through_policy",
-            "tests/test_placement.py::test_vllm_align_never_captures_at_chunk_end",
+            "tests/conformance/test_placement.py::test_vllm_align_vectors_through_policy",
+            "tests/conformance/test_placement.py::test_vllm_align_never_captures_at_chunk_end",
         ),
         message="limit = n - max(1, L)",
     ),
@@ -408,7 +408,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Drops the vllm-align rule that a chunk must start on the hash unit, so chunks "
         "that start off it report checkpoints that vLLM's align mode never takes.",
         caught_by=(
-            "tests/test_placement.py::test_vllm_align_chunk_off_the_hash_unit_holds_nothing",
+            "tests/conformance/test_placement.py::test_vllm_align_chunk_off_the_hash_unit_holds_nothing",
         ),
         message="holds no vllm-align checkpoint",
     ),
@@ -420,7 +420,7 @@ BUGS: tuple[KnownBug, ...] = (
         "completes, so a concurrent request restores a slot nobody has written yet "
         "(uninitialized or stale state served).",
         caught_by=(
-            "tests/test_index.py::test_lookup_never_returns_an_unpublished_entry",
+            "tests/conformance/test_index.py::test_lookup_never_returns_an_unpublished_entry",
             DICTIONARY_MODEL,
         ),
         message="nothing may be visible before the write completes",
@@ -432,7 +432,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Hides an aborted key but never frees its slot, so every failed capture shrinks "
         "the pool until reserve can only answer NoSlot.",
         caught_by=(
-            "tests/test_index.py::test_abort_returns_the_slot_and_hides_the_key",
+            "tests/conformance/test_index.py::test_abort_returns_the_slot_and_hides_the_key",
             DICTIONARY_MODEL,
         ),
         message="abort must return the slot to the free list",
@@ -443,7 +443,9 @@ BUGS: tuple[KnownBug, ...] = (
         "R1",
         "Treats a reserve of an already published key as a new write: the checkpoint is "
         "dropped and a slot handed out to rewrite it, racing any restore that reads it.",
-        caught_by=("tests/test_index.py::test_reserve_of_a_cached_key_does_not_hand_out_its_slot",),
+        caught_by=(
+            "tests/conformance/test_index.py::test_reserve_of_a_cached_key_does_not_hand_out_its_slot",
+        ),
         message="must answer AlreadyCached",
     ),
     _bug(
@@ -453,8 +455,8 @@ BUGS: tuple[KnownBug, ...] = (
         "Does not refresh an entry's recency on a hit, so lru evicts the most used "
         "checkpoint (a shared system prompt) as if it were fifo.",
         caught_by=(
-            "tests/test_index.py::test_lru_evicts_the_least_recently_hit",
-            "tests/test_index.py::test_seed_evicts_least_recent",
+            "tests/conformance/test_index_eviction.py::test_lru_evicts_the_least_recently_hit",
+            "tests/conformance/test_index.py::test_seed_evicts_least_recent",
         ),
         message="a hit refreshes recency",
     ),
@@ -464,7 +466,9 @@ BUGS: tuple[KnownBug, ...] = (
         "L1",
         "Searches minimum <= tokens instead of minimum < tokens, so it answers with a "
         "checkpoint no longer than the prefix the caller already has.",
-        caught_by=("tests/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",),
+        caught_by=(
+            "tests/conformance/test_index.py::test_lookup_bounds_are_exclusive_below_inclusive_above",
+        ),
         message="minimum is exclusive",
     ),
     _bug(
@@ -474,7 +478,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Keys a checkpoint by the hash of its last hash unit and the token count instead "
         "of the chained hash of the whole prefix, so a prompt that differs earlier "
         "restores another conversation's state.",
-        caught_by=("tests/test_index.py::test_a_change_anywhere_in_the_prefix_misses",),
+        caught_by=("tests/conformance/test_index.py::test_a_change_anywhere_in_the_prefix_misses",),
         message="keys must hash the whole prefix",
     ),
     _bug(
@@ -483,7 +487,7 @@ BUGS: tuple[KnownBug, ...] = (
         "K1",
         "Keys checkpoints by the tokens alone, so a request to another model or LoRA "
         "adapter restores a state computed with other weights.",
-        caught_by=("tests/test_index.py::test_lookup_separates_namespaces_and_extras",),
+        caught_by=("tests/conformance/test_index.py::test_lookup_separates_namespaces_and_extras",),
         message="the namespace is part of the key",
     ),
     _bug(
@@ -493,7 +497,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Lets an unpin without a pin return 0 silently, hiding the double unpin that "
         "frees a slot while its restore still reads it.",
         caught_by=(
-            "tests/test_index.py::test_misuse_raises_a_typed_error_and_changes_nothing"
+            "tests/conformance/test_index_misuse.py::test_misuse_raises_a_typed_error_and_changes_nothing"
             "[unpin below zero]",
         ),
         message="DID NOT RAISE PinUnderflowError",
@@ -505,7 +509,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Frees an invalidated slot at once even while a restore holds a pin, so the next "
         "capture can overwrite the state being restored.",
         caught_by=(
-            "tests/test_index.py::test_invalidate_of_a_pinned_entry_frees_its_slot_at_the_last_unpin",
+            "tests/conformance/test_index.py::test_invalidate_of_a_pinned_entry_frees_its_slot_at_the_last_unpin",
         ),
         message="still read by a restore",
     ),

@@ -364,9 +364,10 @@ def exporter_ignores_strides() -> Implementation:
 
 # --- the catalogue entries --------------------------------------------------------------
 
-STORAGE = "tests/test_storage.py"
-STATEFUL = "tests/test_storage_stateful.py"
-EXPORT = "tests/test_export.py"
+STORAGE = "tests/conformance/test_storage.py"
+STORAGE_MISUSE = "tests/conformance/test_storage_misuse.py"
+STATEFUL = "tests/conformance/test_storage_stateful.py"
+EXPORT = "tests/conformance/test_export.py"
 
 
 def _bug(
@@ -390,7 +391,7 @@ BUGS: tuple[KnownBug, ...] = (
         "memory.",
         (
             f"{STORAGE}::test_bytes_per_slot_equals_allocated_bytes",
-            f"{STORAGE}::test_draft_pages_without_base_pages_use_the_paired_form",
+            f"{STORAGE_MISUSE}::test_draft_pages_without_base_pages_use_the_paired_form",
         ),
         "a pool sized from it would not fit",
     ),
@@ -424,7 +425,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Keeps copying to and from the pool tensors it was built with, so after the engine "
         "reallocates its caches, captures read and restores write memory the live state no "
         "longer uses.",
-        (f"{STORAGE}::test_a_live_tensor_replaced_by_one_of_the_same_layout_is_used",),
+        (f"{STORAGE_MISUSE}::test_a_live_tensor_replaced_by_one_of_the_same_layout_is_used",),
         "from a tensor the live state no longer holds",
     ),
     _bug(
@@ -493,8 +494,8 @@ BUGS: tuple[KnownBug, ...] = (
         "Clamps a row count outside [0, B] into range instead of raising ValidRowsError, "
         "so a caller's wrong p mod B goes unnoticed and a page of the wrong length is stored.",
         (
-            f"{STORAGE}::test_misuse_raises_a_typed_error_and_changes_nothing[valid B+1]",
-            f"{STORAGE}::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
+            f"{STORAGE_MISUSE}::test_misuse_raises_a_typed_error_and_changes_nothing[valid B+1]",
+            f"{STORAGE_MISUSE}::test_misuse_raises_a_typed_error_and_changes_nothing[valid -1]",
         ),
         "DID NOT RAISE ValidRowsError",
     ),
@@ -518,7 +519,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Restores a recurrent slot that was never captured (a lost or aborted write) "
         "without an error, so the request continues from zeros or a stale checkpoint.",
         (
-            f"{STORAGE}::test_misuse_raises_a_typed_error_and_changes_nothing"
+            f"{STORAGE_MISUSE}::test_misuse_raises_a_typed_error_and_changes_nothing"
             "[restore recurrent never captured]",
             f"{STORAGE}::test_mark_recurrent_captured_admits_slabs_written_through_slab",
         ),
@@ -531,7 +532,7 @@ BUGS: tuple[KnownBug, ...] = (
         "Checks the draft page of a paired restore only after it copied the base page, so "
         "a call rejected with SlotOutOfRangeError has already overwritten the base page.",
         (
-            f"{STORAGE}::test_misuse_raises_a_typed_error_and_changes_nothing"
+            f"{STORAGE_MISUSE}::test_misuse_raises_a_typed_error_and_changes_nothing"
             "[draft page past the end]",
         ),
         "a rejected call (or one that copies nothing) must write nothing",

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from reference.protocol_server import Session, reference_implementation, serve
+from reference.conformance.protocol_server import Session, reference_implementation, serve
 
 MODES = ("wrong-lookup", "wrong-positions", "version-2", "exit-at-hello")
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reference.api import Implementation
-from reference.buffer_habits import CLEAN, habits_named
+from reference.conformance.buffer_habits import CLEAN, habits_named
+from reference.conformance.loading import DEFAULT_IMPL, load_implementation
 from reference.errors import ImplementationLoadError, InvalidConfigError
-from reference.loading import DEFAULT_IMPL, load_implementation
 from sim.engine.backends.base import Backend, Capture, EngineLayout, WriteObserver
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.backends.shadow import ShadowBackend
@@ -60,7 +60,7 @@ def make_backend(
             optional for ``shadow`` and ``reference`` (default: the reference).
         check_exactness: real-tensor backends compare restores with scratch prefills.
         buffer_habits: names of the engine buffer habits real-tensor backends play
-            (:func:`reference.buffer_habits.habits_named`).
+            (:func:`reference.conformance.buffer_habits.habits_named`).
 
     Raises:
         InvalidConfigError: unknown name, ``external`` without ``impl``, unknown buffer

@@ -18,7 +18,7 @@ vocabulary (``prompt.tokens(vocab=...)``):
   with a scratch prefill of the same prompt: every recurrent tensor, every KV row of the
   prompt, and the logits of every token computed after the restore (DESIGN §6 property 1).
 
-With buffer habits (:mod:`reference.buffer_habits`), the backend handles its buffers the
+With buffer habits (:mod:`reference.conformance.buffer_habits`), the backend handles its buffers the
 way real engines do: live pools as views into a padded buffer; every live tensor
 reallocated when the storage is built, and the recurrent pools again before each request
 starts; exporter calls shared with rows that have no checkpoint; raw conv inputs sliced
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reference.api import Implementation, PrefillExporter, SnapshotStorage
-from reference.buffer_habits import (
+from reference.conformance.buffer_habits import (
     CLEAN,
     BufferHabits,
     export_inside_chunk,
