@@ -7,8 +7,8 @@ from matplotlib.figure import Figure
 
 from sim.report.data import Row
 from sim.report.figures import FIGURES
-from sim.report.load_figure import figure_load, output_per_s, rate_axis
-from tests.test_report import result_doc, rows_of
+from sim.report.figures.load import figure_load, output_per_s, rate_axis
+from tests._report_helpers import result_doc, rows_of
 
 RATE = "workload.params.arrivals.rate_per_s"
 

@@ -17,7 +17,7 @@ from sim import cli, outputs
 from sim.outputs import OutputPathError
 from sim.report import build_report, check_report_output, figures
 from sim.report.build import FIGURE_STEMS
-from tests.test_report import rows_of, sweep_docs, write_results
+from tests._report_helpers import rows_of, sweep_docs, write_results
 
 
 def report_files(folder: Path) -> dict[str, bytes]:

@@ -10,7 +10,7 @@ import pytest
 from sim.report.build import best_policy_section, seeds_section, summary
 from sim.report.figures import spaced_ticks
 from sim.report.stats import mean_interval, shown_interval, t_quantile
-from tests.test_report import result_doc, rows_of
+from tests._report_helpers import result_doc, rows_of
 
 
 def test_t_quantiles_are_the_printed_table() -> None:

@@ -30,9 +30,14 @@ Definitions (tokens are prompt tokens unless said otherwise):
   its last prompt token (its first output token), seconds; percentiles use linear
   interpolation between order statistics.
 
-The time series has one row per ``sample_interval_s`` of simulated time (taken at the
+The time series has one sample per ``sample_interval_s`` of simulated time (taken at the
 first step end at or after each interval boundary) plus one at the end; its TTFT columns
-are over the requests whose first token came since the previous row.
+are over the requests whose first token came since the previous row. It keeps at most
+:data:`~sim.engine.series.MAX_ROWS` rows: a longer run merges adjacent rows
+(:mod:`sim.engine.series` says how each column merges), so neither the result nor the
+process grows with the run's length. The run's TTFTs are kept whole (8 bytes per
+request with a first token, an ``array('d')``) so that every percentile is exact; they
+never reach the JSON.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from sim.engine.series import MAX_ROWS, PERCENTILES, Series, percentile
 
 #: Columns of the time series, in order.
 SERIES_COLUMNS = (
@@ -67,20 +73,6 @@ SERIES_COLUMNS = (
     "ttft_p90_s",
     "ttft_p99_s",
 )
-
-PERCENTILES = (50, 90, 99)
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of ascending ``sorted_values``, linearly
-    interpolated; ``nan`` when empty."""
-    if not sorted_values:
-        return math.nan
-    rank = (len(sorted_values) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(sorted_values) - 1)
-    fraction = rank - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
 
 
 def _json_float(value: float) -> float | None:
@@ -163,12 +155,26 @@ class Metrics:
     samples_queued: int = 0
     peak_waiting: int = 0
     waiting_at_last_arrival: int = 0
+    #: Every TTFT, seconds, in the order the first tokens came (exact percentiles).
     ttft_s: array[float] = field(default_factory=lambda: array("d"))
-    series: dict[str, list[float | int | None]] = field(
-        default_factory=lambda: {column: [] for column in SERIES_COLUMNS}
-    )
+    #: The most rows the series keeps (:mod:`sim.engine.series`).
+    max_series_rows: int = MAX_ROWS
+    _series: Series = field(init=False, repr=False)
     _next_sample_s: float = 0.0
-    _window_start: int = 0
+
+    def __post_init__(self) -> None:
+        self._series = Series(self.max_series_rows)
+
+    @property
+    def series(self) -> dict[str, list[float | int | None]]:
+        """The sampled time series, column (:data:`SERIES_COLUMNS`) → one value per row:
+        at most :attr:`max_series_rows` rows, adjacent samples merged beyond
+        (:mod:`sim.engine.series`). A new dict each call."""
+        return self._series.columns(self.ttft_s, SERIES_COLUMNS)
+
+    def series_summary(self) -> dict[str, int]:
+        """JSON-ready: samples taken, rows kept, samples per row, the cap on rows."""
+        return {"samples": self.samples, **self._series.describe()}
 
     def token_hit_rate(self) -> float | None:
         """Hit tokens over admitted prompt tokens; ``None`` before any prompt was admitted
@@ -206,13 +212,12 @@ class Metrics:
         return now_s >= self._next_sample_s
 
     def sample(self, now_s: float, step: int, gauges: Gauges) -> None:
-        """Append one row to the series and schedule the next sample."""
+        """Take one sample into the series (a row of its own, or merged into the last
+        row once the series has been capped) and schedule the next sample."""
         self.peak_kv_blocks_in_use = max(self.peak_kv_blocks_in_use, gauges.kv_blocks_in_use)
         self.peak_checkpoint_bytes_in_use = max(
             self.peak_checkpoint_bytes_in_use, gauges.checkpoint_bytes_in_use
         )
-        window = sorted(self.ttft_s[self._window_start :])
-        self._window_start = len(self.ttft_s)
         self.samples += 1
         if gauges.waiting:
             self.samples_queued += 1
@@ -236,10 +241,7 @@ class Metrics:
             "evictions_kv": gauges.evictions_kv,
             "preemptions": self.preemptions,
         }
-        for q in PERCENTILES:
-            row[f"ttft_p{q}_s"] = _json_float(percentile(window, q))
-        for column in SERIES_COLUMNS:
-            self.series[column].append(row[column])
+        self._series.add(row, len(self.ttft_s))
         interval = self.sample_interval_s
         self._next_sample_s = (math.floor(now_s / interval) + 1) * interval
 
@@ -325,4 +327,5 @@ class Metrics:
             },
             "compute_busy_s": self.compute_busy_s,
             "copy_busy_s": self.copy_busy_s,
+            "series": self.series_summary(),
         }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.engine.config import MEMORY_PARTS
@@ -17,6 +17,7 @@ from sim.report.data import (
     axis_name,
     configurations,
     load_results,
+    shown_value,
     varying_axes,
 )
 from sim.report.stats import mean_interval, shown_interval
@@ -98,13 +99,6 @@ def _gib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / GIB:.2f}"
 
 
-def _axis_value(key: str, value: object) -> str:
-    """A swept value as the table shows it: byte sizes in GiB."""
-    if key.endswith("_bytes") and isinstance(value, int) and not isinstance(value, bool):
-        return f"{value / GIB:.4g} GiB"
-    return str(value)
-
-
 def _numeric(rows: Sequence[Row], key: str) -> bool:
     """Whether every value of sweep axis ``key`` is a number (its column aligns right)."""
     return all(
@@ -167,7 +161,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         cells = [
             row.file,
             row.policy,
-            *(_axis_value(key, sweep[key]) if key in sweep else "n/a" for key in axes),
+            *(shown_value(key, sweep[key]) if key in sweep else "n/a" for key in axes),
             row.pool_slots if row.pool_slots is not None else "n/a",
             _gib(row.pool_bytes),
             row.seed,
@@ -298,12 +292,16 @@ def _revisions(rows: Sequence[Row]) -> list[str]:
 
 
 def _axes(rows: Sequence[Row]) -> dict[str, list[str]]:
+    """Swept axis → its values as given, a byte size followed by its GiB (``2147483648
+    (2 GiB)``), in order of first appearance."""
     axes: dict[str, list[str]] = {}
     for row in rows:
         for key, value in row.sweep.items():
             values = axes.setdefault(key, [])
-            if str(value) not in values:
-                values.append(str(value))
+            shown = shown_value(key, value)
+            text = str(value) if shown == str(value) else f"{value} ({shown})"
+            if text not in values:
+                values.append(text)
     return axes
 
 
@@ -314,7 +312,7 @@ def _pool_key(row: Row) -> tuple[str, float] | None:
     to sort by."""
     swept = [(key, value) for key, value in row.sweep.items() if key in POOL_AXES]
     if swept:
-        shown = ", ".join(f"{axis_name(k)}={_axis_value(k, v)}" for k, v in swept)
+        shown = ", ".join(f"{axis_name(k)}={shown_value(k, v)}" for k, v in swept)
         order = next((float(v) for _, v in swept if isinstance(v, int | float)), 0.0)
         return shown, order
     if row.unified and row.cache_bytes is not None:
@@ -398,8 +396,35 @@ def best_policy_section(rows: Sequence[Row]) -> list[str]:
     return [*lines, ""]
 
 
-def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
-    """The text of ``summary.md``."""
+#: What :func:`sim.report.figures.draw` did for one figure: why it was skipped, the PNG
+#: it wrote, or each page's PNG with its caption.
+Drawn = str | Path | list[tuple[Path, str]]
+
+
+def figure_section(title: str, drawn: Drawn) -> list[str]:
+    """One figure's part of ``summary.md``: its heading, then its PNG, each page's PNG
+    under its caption, or why it was skipped."""
+    from sim.report.figures import PAGE_SIZE
+
+    lines = [f"### {title}", ""]
+    if isinstance(drawn, Path):
+        return [*lines, f"![{title}]({FIGURES_DIR}/{drawn.name})", ""]
+    if isinstance(drawn, str):
+        return [*lines, f"_Skipped: {drawn}._", ""]
+    lines += [
+        f"More configurations than one figure holds ({PAGE_SIZE}): {len(drawn)} pages, "
+        "each panel on the same scale in all of them.",
+        "",
+    ]
+    for path, caption in drawn:
+        lines += [f"{caption} (`{FIGURES_DIR}/{path.name}`):", ""]
+        lines += [f"![{title}, {caption}]({FIGURES_DIR}/{path.name})", ""]
+    return lines
+
+
+def summary(rows: Sequence[Row], figures: Mapping[str, Drawn]) -> str:
+    """The text of ``summary.md``; ``figures``: what :func:`sim.report.figures.draw` did
+    (stem → :data:`Drawn`)."""
     from sim.report.figures import FIGURES
 
     scenarios = sorted({row.scenario for row in rows})
@@ -424,8 +449,8 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     if overcommitted:
         lines.append(
             "- **does not fit one GPU** (weights, live state, checkpoint and KV pools exceed "
-            "90% of the preset's memory; read as a what-if or a model split over GPUs; "
-            f"marked {OVERCOMMIT_MARK} in the figures): " + ", ".join(overcommitted)
+            "90% of the preset's memory: result files written before such plans were "
+            f"refused; marked {OVERCOMMIT_MARK} in the figures): " + ", ".join(overcommitted)
         )
     admitted_none = [
         row.file for row in rows if row.total("requests", "arrived") and not row.admitted
@@ -454,14 +479,7 @@ def summary(rows: Sequence[Row], figures: dict[str, str | Path]) -> str:
     lines += ["", "## Results", "", *table(rows), "", *TABLE_NOTES, ""]
     lines += [*seeds_section(rows), *best_policy_section(rows), "## Figures", ""]
     for stem, (title, _) in FIGURES.items():
-        lines.append(f"### {title}")
-        lines.append("")
-        drawn = figures[stem]
-        if isinstance(drawn, Path):
-            lines.append(f"![{title}]({FIGURES_DIR}/{drawn.name})")
-        else:
-            lines.append(f"_Skipped: {drawn}._")
-        lines.append("")
+        lines += figure_section(title, figures[stem])
     return "\n".join(lines)
 
 

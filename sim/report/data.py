@@ -12,6 +12,7 @@ from typing import Any
 
 from reference.errors import HyckptError
 from sim.engine.config import MEMORY_PARTS
+from sim.engine.costs import GIB
 
 #: Sweep axes that set the checkpoint pool's size (a line of the line figures runs along
 #: them, or is drawn at its largest pool).
@@ -33,6 +34,20 @@ def _shown(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(str(item) for item in value) + "]"
     return str(value)
+
+
+def shown_value(key: str, value: object) -> str:
+    """A swept value as the table, the labels and the legends show it: a byte size (an
+    axis whose key ends in ``_bytes``) in GiB to 4 significant digits (``4 GiB``,
+    ``0.9313 GiB``), anything else as it is."""
+    if key.endswith("_bytes") and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value / GIB:.4g} GiB"
+    return str(value)
+
+
+def axis_label(key: str, value: object) -> str:
+    """``name=value`` of one swept axis (:func:`axis_name`, :func:`shown_value`)."""
+    return f"{axis_name(key)}={shown_value(key, value)}"
 
 
 def natural_key(text: str) -> list[str | int]:
@@ -129,7 +144,7 @@ class Row:
         every sweep axis (of ``varying``, if given) other than the pool size, the policies
         and the seed."""
         others = [
-            f"{axis_name(key)}={value}"
+            axis_label(key, value)
             for key, value in self.sweep.items()
             if key not in CURVE_AXES
             and not key.startswith(PLACEMENT_PARAMS_AXIS_PREFIX)
@@ -221,7 +236,7 @@ class Row:
         else policy, pool and seed."""
         shown = {k: v for k, v in self.sweep.items() if varying is None or k in varying}
         if shown:
-            return ", ".join(f"{axis_name(k)}={v}" for k, v in shown.items())
+            return ", ".join(axis_label(k, v) for k, v in shown.items())
         return f"{self.policy}, slots={self.pool_slots}, seed={self.seed}"
 
 
@@ -232,7 +247,8 @@ class Configuration:
     Attributes:
         label: short name (the swept axes that vary, but the seed; ``†`` appended when a
             run's memory plan does not fit one GPU).
-        values: swept axis → value, of the axes that vary (but the seed), in sweep order.
+        values: swept axis → value as labels show it (:func:`shown_value`: byte sizes in
+            GiB), of the axes that vary (but the seed), in sweep order.
         rows: its runs, in file order.
     """
 
@@ -282,7 +298,7 @@ def configurations(rows: Sequence[Row]) -> list[Configuration]:
     found: list[tuple[str, dict[str, str], tuple[Row, ...]]] = []
     for members in groups.values():
         first = members[0]
-        values = {k: str(v) for k, v in first.sweep.items() if k in varying}
+        values = {k: shown_value(k, v) for k, v in first.sweep.items() if k in varying}
         if values:
             label = ", ".join(f"{axis_name(k)}={v}" for k, v in values.items())
         elif first.sweep:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from sim.report.data import SEED_AXIS, Row, axis_name, natural_key, varying_axes
+from matplotlib.figure import Figure
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from sim.engine.command import overloaded
+from sim.report.data import SEED_AXIS, Row, axis_label, axis_name, natural_key, varying_axes
+from sim.report.figures.style import PALETTE, legend, mean, new_figure
+from sim.report.figures.ticks import label_fixed_ticks, log_seconds
 
 #: A sweep axis is an arrival rate when its key ends so (requests or sessions a second).
 RATE_SUFFIX = "rate_per_s"
@@ -37,11 +38,6 @@ def figure_load(rows: Sequence[Row]) -> Figure | str:
     arrival rate, one colour per configuration (its policy and the other varying axes),
     the mean over seeds at each rate (every run a dot); an overloaded run (its queue
     never drained) is ringed."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from sim.engine.command import overloaded
-    from sim.report.figures import PALETTE, _figure, _legend, _mean
-
     axis = rate_axis(rows)
     if axis is None:
         return f"needs a swept arrival rate (a sweep axis ending in {RATE_SUFFIX})"
@@ -51,13 +47,13 @@ def figure_load(rows: Sequence[Row]) -> Figure | str:
     others = varying_axes(timed) - {axis, SEED_AXIS}
 
     def label(row: Row) -> str:
-        shown = [f"{axis_name(k)}={v}" for k, v in row.sweep.items() if k in others]
+        shown = [axis_label(k, v) for k, v in row.sweep.items() if k in others]
         return ", ".join([row.policy, *shown])
 
     lines: dict[str, dict[float, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for row in timed:
         lines[label(row)][float(row.sweep[axis])].append(row)  # type: ignore[arg-type]
-    figure = _figure(2, width=10.0)
+    figure = new_figure(2, width=10.0)
     ttft_ax, output_ax = figure.subplots(2, 1, sharex=True)
     for number, name in enumerate(sorted(lines, key=natural_key)):
         points = lines[name]
@@ -65,7 +61,7 @@ def figure_load(rows: Sequence[Row]) -> Figure | str:
         colour = PALETTE[number % len(PALETTE)]
         for quantile, dash in (("p50_s", "-"), ("p99_s", ":")):
             values = [
-                _mean([r.total("ttft", quantile) or 0.0 for r in points[rate]]) for rate in rates
+                mean([r.total("ttft", quantile) or 0.0 for r in points[rate]]) for rate in rates
             ]
             ttft_ax.plot(
                 rates, values, color=colour, linestyle=dash, marker="o",
@@ -76,7 +72,7 @@ def figure_load(rows: Sequence[Row]) -> Figure | str:
         ]
         output_ax.plot(
             [rate for rate, v in zip(rates, outputs, strict=True) if v],
-            [_mean(v) for v in outputs if v],
+            [mean(v) for v in outputs if v],
             color=colour, marker="o", label=name,
         )  # fmt: skip
         for rate in rates:
@@ -96,13 +92,9 @@ def figure_load(rows: Sequence[Row]) -> Figure | str:
     output_ax.set_xlabel(f"{axis_name(axis)} ({axis})")
     output_ax.set_xscale("log")
     swept = sorted({rate for points in lines.values() for rate in points})
-    output_ax.set_xticks(swept)
-    output_ax.xaxis.set_minor_formatter(NullFormatter())
-    output_ax.set_xticklabels([f"{rate:g}" for rate in swept])
-    ttft_ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ttft_ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ttft_ax.yaxis.set_minor_formatter(NullFormatter())
+    label_fixed_ticks(output_ax.xaxis, swept, lambda rate: f"{rate:g}")
+    log_seconds(ttft_ax.yaxis)
     output_ax.set_ylim(bottom=0.0)
     output_ax.grid(True, alpha=0.3)
-    _legend(figure, ttft_ax, "small")
+    legend(figure, ttft_ax, "small")
     return figure
