@@ -2,11 +2,13 @@
 every captured slot compared bit for bit.
 
 Both runs record, through :func:`sim.engine.backends.tensor.capture_hook`, what each
-capture wrote into its snapshot slot (recurrent slabs, and the ``p mod B`` partial-KV
-rows) the moment it was written. The scheduler does not depend on the backend's data, so
-both runs make the same captures in the same order; the records are compared pairwise:
-same request, position and slot, and the same bytes (NaN payloads and ``-0.0`` included).
-The runs' totals and lockstep verdicts must agree too.
+capture wrote into its snapshot slot (``TensorBackend.snapshot``: the recurrent slabs,
+the boundary hidden row with a draft head, and the ``p mod B`` partial-KV rows of the
+base and draft pages) the moment it was written: captures during a prefill and
+checkpoints of a finished request's state after decode alike. The scheduler does not
+depend on the backend's data, so both runs make the same captures in the same order; the
+records are compared pairwise: same request, position and slot, and the same bytes (NaN
+payloads and ``-0.0`` included). The runs' totals and lockstep verdicts must agree too.
 
 The tiny model's tensors live on the CPU, so the GPU layer's Triton kernels run in
 Triton's interpreter: ``TRITON_INTERPRET=1`` is set before Triton is imported
@@ -20,6 +22,7 @@ import dataclasses
 import functools
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -42,12 +45,15 @@ MAX_LISTED = 20
 
 @dataclass(frozen=True)
 class Record:
-    """One capture as written: where, and the bytes of every part of its slot."""
+    """One capture as written: where, and the bytes of every part of its slot, keyed
+    ``group/name`` (groups ``recurrent``, ``boundary_hidden``, ``kv``, ``draft_kv``);
+    ``after_decode``: a checkpoint of the state after decode (``capture_generated``)."""
 
     request_id: str
     position: int
     slot: int
     parts: dict[str, torch.Tensor] = field(repr=False)
+    after_decode: bool = False
 
     @property
     def where(self) -> str:
@@ -64,12 +70,17 @@ class CrosscheckResult:
             captured the same parts at the same request, position and slot.
         differences: what differs, one line each.
         results: each backend's :class:`SimResult`.
+        parts: slab group (``recurrent``, ``boundary_hidden``, ``kv``, ``draft_kv``) →
+            compared captures that hold it.
+        after_decode: compared captures of a state after decode.
     """
 
     captures: dict[str, int]
     compared: int
     differences: list[str]
     results: dict[str, SimResult]
+    parts: dict[str, int] = field(default_factory=dict)
+    after_decode: int = 0
 
     @property
     def ok(self) -> bool:
@@ -78,6 +89,9 @@ class CrosscheckResult:
     def summary_lines(self) -> list[str]:
         counts = ", ".join(f"{name} {n}" for name, n in self.captures.items())
         lines = [f"captures recorded: {counts}; compared bitwise: {self.compared}"]
+        if self.parts:
+            groups = ", ".join(f"{group} {n}" for group, n in sorted(self.parts.items()))
+            lines.append(f"  holding {groups}; after decode: {self.after_decode}")
         for name, result in self.results.items():
             lines.append(
                 f"{name}: lockstep {'ok' if result.ok else 'VIOLATIONS'}, exactness checks "
@@ -113,7 +127,8 @@ def record_run(run: Callable[[], SimResult]) -> tuple[SimResult, list[Record]]:
 
     def hook(backend: TensorBackend, request_id: str, capture: Capture) -> None:
         parts = {k: v.detach().to("cpu", copy=True) for k, v in backend.snapshot(capture).items()}
-        records.append(Record(request_id, capture.position, capture.slot, parts))
+        after = backend.written_after_decode(capture.slot)
+        records.append(Record(request_id, capture.position, capture.slot, parts, after))
 
     with capture_hook(hook):
         result = run()
@@ -176,12 +191,15 @@ def crosscheck_runs(
             )
     if not records[a] or not records[b]:
         differences.append("no capture was recorded: nothing compared (is the run too small?)")
-    compared = sum(_comparable(x, y) for x, y in zip(records[a], records[b], strict=False))
+    pairs = [x for x, y in zip(records[a], records[b], strict=False) if _comparable(x, y)]
+    groups = Counter(group for x in pairs for group in {name.split("/")[0] for name in x.parts})
     return CrosscheckResult(
         captures={name: len(r) for name, r in records.items()},
-        compared=compared,
+        compared=len(pairs),
         differences=differences,
         results=results,
+        parts=dict(groups),
+        after_decode=sum(x.after_decode for x in pairs),
     )
 
 

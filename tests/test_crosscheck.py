@@ -99,7 +99,7 @@ def test_runs_without_captures_are_not_a_pass() -> None:
 TINY_SCENARIO = """
 [scenario]
 name = "crosscheck-tiny"
-seed = 0
+seed = 3
 [model]
 name = "nemotron-h-8b"
 gpu = "h200"
@@ -109,19 +109,21 @@ block_size = 8
 token_budget = 32
 kv_blocks = 64
 checkpoint_slots = 6
+cache_generated = true
 [engine]
 max_num_seqs = 4
+spec_tokens = 2
 [placement]
 policy = "turns"
 [eviction]
 policy = "lru"
 [workload]
 generator = "multi_turn_chat"
-requests = 8
+requests = 14
 [workload.params]
 arrivals = { kind = "poisson", rate_per_s = 2.0 }
 think_time = { mean_s = 0.5 }
-system_prompt_tokens = 20
+system_prompt_tokens = 34
 user_tokens = { mean = 18, cv = 0.5, minimum = 4, maximum = 40 }
 output_tokens = { mean = 6, cv = 0.5, minimum = 1, maximum = 12 }
 max_context_tokens = 400
@@ -142,7 +144,8 @@ def test_hyckpt_crosscheck_command(
     assert "reference vs gpu" in out.out and "crosscheck: ok" in out.out
     assert "exactness checks 0" not in out.out  # restores happened on both backends
     assert "crosscheck reference" in out.err and "crosscheck gpu" in out.err  # progress bars
-    assert "0/8" in out.err and "WARNING" not in out.err
+    assert "0/14" in out.err and "WARNING" not in out.err
+    assert "after decode: " in out.out and "draft_kv" in out.out  # what was compared
     assert cli.main(["crosscheck", str(path), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
 

@@ -1,16 +1,12 @@
-"""Edge cases of the simulation's backends (``sim.engine.backends``) and of
-``hyckpt crosscheck`` (``sim.crosscheck``), driven directly rather than through a run:
-slot-id mapping, the two capture paths, restores, the exactness comparison, the fault
-wrappers' exact behaviour, and every comparison the crosscheck makes."""
+"""Edge cases of the simulation's backends (``sim.engine.backends``), driven directly
+rather than through a run: slot-id mapping, the two capture paths, restores, the
+exactness comparison and the fault wrappers' exact behaviour. Those of ``hyckpt
+crosscheck``: tests/test_crosscheck_edges.py."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import io
-import os
 import random
-import sys
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,21 +24,12 @@ from reference.errors import (
     InvalidConfigError,
 )
 from reference.impl import implementation as reference_implementation
-from sim import crosscheck
-from sim.crosscheck import (
-    MAX_LISTED,
-    CrosscheckResult,
-    Record,
-    compare,
-    crosscheck_runs,
-    prepare_triton,
-    record_run,
-)
 from sim.engine.backends import (
     GPU_IMPL,
     Backend,
     Capture,
     DecliningBackend,
+    DecodeStep,
     EngineLayout,
     FailingCaptures,
     ShadowBackend,
@@ -50,9 +37,7 @@ from sim.engine.backends import (
     make_backend,
 )
 from sim.engine.backends.tensor import capture_hook
-from sim.engine.result import SimResult
 from sim.engine.sequence import PromptSource
-from sim.sweep import scenarios
 
 # --- helpers ----------------------------------------------------------------------------
 
@@ -94,6 +79,18 @@ def prompt(p: Prompt) -> PromptSource:
     return cast(PromptSource, p)
 
 
+@dataclass(frozen=True)
+class Req:
+    """What a backend reads of a request it starts."""
+
+    request_id: str
+    prompt: PromptSource
+
+
+def req(request_id: str, p: Prompt = PROMPT) -> Req:
+    return Req(request_id, prompt(p))
+
+
 def tensor_backend(check_exactness: bool = True) -> tuple[TensorBackend, Writes]:
     backend = TensorBackend(reference_implementation(), check_exactness=check_exactness)
     writes = Writes()
@@ -119,7 +116,7 @@ def computed(backend: TensorBackend) -> TensorBackend:
     [6, 10): captures at 3, 5 and 7 (inside a chunk, by the exporter; 7 is one token into
     the second chunk, so its conv window reaches into the state before the chunk), 6 (a
     chunk's end) and 10 (the prompt's end, mid-page), into slots FIRST+0, +3, +1, +4, +2."""
-    backend.start("a", prompt(PROMPT), 0)
+    backend.start(req("a"), 0)
     first = backend.prefill(
         "a", 0, 0, 6, [0, 1], [Capture(3, FIRST), Capture(5, FIRST + 3), Capture(6, FIRST + 1)]
     )
@@ -150,6 +147,7 @@ def test_writes_are_reported_in_slot_ids_and_stored_at_snapshot_indices() -> Non
     assert [storage.is_recurrent_captured(i) for i in range(6)] == [True] * 5 + [False]
     # Partial rows: 3 (p=3), 2 (p=6), 2 (p=10), 1 (p=5), 3 (p=7), never (index 5).
     assert [storage.partial_kv_rows(i) for i in range(6)] == [3, 2, 2, 1, 3, None]
+    assert (backend.counts.captures, backend.counts.partial_captures) == (5, 5)
 
 
 def test_inside_captures_equal_chunk_end_captures_of_the_same_position() -> None:
@@ -158,7 +156,7 @@ def test_inside_captures_equal_chunk_end_captures_of_the_same_position() -> None
     computed(inside)
     for position, slot in ((3, FIRST), (5, FIRST + 3), (7, FIRST + 4)):
         ends, _ = tensor_backend()
-        ends.start("a", prompt(PROMPT), 0)
+        ends.start(req("a"), 0)
         table = [0, 1]
         assert ends.prefill("a", 0, 0, position, table, [Capture(position, FIRST)]) == [True]
         expected = ends.snapshot(Capture(position, FIRST))
@@ -184,7 +182,7 @@ def test_snapshot_holds_every_recurrent_row_and_the_partial_rows_only() -> None:
     for key in recurrent:
         assert torch.equal(at3[key], storage.slab("recurrent", key[10:])[0])
     # A position on a page boundary has no partial rows.
-    backend.start("b", prompt(PROMPT), 1)
+    backend.start(req("b"), 1)
     assert backend.prefill("b", 1, 0, 8, [3, 4], [Capture(8, FIRST + 5)]) == [True]
     assert sorted(backend.snapshot(Capture(8, FIRST + 5))) == recurrent
 
@@ -197,13 +195,16 @@ def test_a_restore_resumes_bitwise_exactly(position: int, slot: int) -> None:
     computed(backend)
     shared = position // BLOCK  # full pages of the prefix stay shared with request a
     table = [0, 1, 2][:shared] + [5, 6, 7][: 3 - shared]
-    backend.start("b", prompt(PROMPT), 1)
+    backend.start(req("b"), 1)
     backend.restore("b", 1, slot, position, table)
     assert backend.prefill("b", 1, position, 10, table, []) == []
     assert backend.prefill_done("b", 1, table) == []
     assert backend.checks == 1
     assert backend.describe()["exactness_checks"] == 1
     assert writes.slots == [FIRST, FIRST + 3, FIRST + 1, FIRST + 4, FIRST + 2]
+    counts = backend.counts
+    assert counts.restores == 1 and counts.draft_rows_recomputed == counts.pages_copied == 0
+    assert counts.partial_restores == counts.partial_restores_checked == int(position % BLOCK > 0)
 
 
 def restored(check_exactness: bool = True) -> tuple[TensorBackend, list[int]]:
@@ -211,7 +212,7 @@ def restored(check_exactness: bool = True) -> tuple[TensorBackend, list[int]]:
     backend, _ = tensor_backend(check_exactness)
     computed(backend)
     table = [0, 5, 6]
-    backend.start("b", prompt(PROMPT), 1)
+    backend.start(req("b"), 1)
     backend.restore("b", 1, FIRST + 1, 6, table)
     backend.prefill("b", 1, 6, 10, table, [])
     return backend, table
@@ -221,7 +222,7 @@ def test_a_restore_of_the_whole_prompt_computes_nothing_and_is_exact() -> None:
     backend, _ = tensor_backend()
     computed(backend)
     table = [0, 1, 7]  # two shared full pages and a fresh partial page
-    backend.start("b", prompt(PROMPT), 1)
+    backend.start(req("b"), 1)
     backend.restore("b", 1, FIRST + 2, 10, table)
     assert backend.prefill_done("b", 1, table) == []
     assert backend.checks == 1
@@ -244,7 +245,7 @@ def test_snapshot_includes_the_boundary_hidden_row_only_once_captured() -> None:
     implementation = dataclasses.replace(reference_implementation(), make_storage=make_storage)
     backend = TensorBackend(implementation)
     backend.bind(EngineLayout(2, 8, BLOCK, FIRST, 2), Writes())
-    backend.start("a", prompt(PROMPT), 0)
+    backend.start(req("a"), 0)
     assert backend.prefill("a", 0, 0, 8, [0, 1], [Capture(8, FIRST)]) == [True]
     assert not any(k.startswith("boundary_hidden/") for k in backend.snapshot(Capture(8, FIRST)))
     storage = storage_of(backend)
@@ -294,7 +295,7 @@ def test_without_exactness_checks_nothing_is_compared() -> None:
 
 def test_a_failed_restore_is_reported_once() -> None:
     backend, _ = tensor_backend(check_exactness=False)
-    backend.start("b", prompt(PROMPT), 1)
+    backend.start(req("b"), 1)
     backend.restore("b", 1, FIRST + 5, 3, [5])  # never captured
     found = backend.prefill_done("b", 1, [5])
     assert len(found) == 1
@@ -306,10 +307,10 @@ def test_a_reused_batch_slot_starts_from_an_empty_prefix() -> None:
     backend, _ = tensor_backend()
     computed(backend)  # leaves request a's state in batch slot 0
     backend.release("a", 0)
-    backend.start("c", prompt(OTHER), 0)
+    backend.start(req("c", OTHER), 0)
     assert backend.prefill("c", 0, 0, 9, [3, 4, 5], [Capture(9, FIRST + 5)]) == [True]
     fresh, _ = tensor_backend()
-    fresh.start("c", prompt(OTHER), 0)
+    fresh.start(req("c", OTHER), 0)
     assert fresh.prefill("c", 0, 0, 9, [3, 4, 5], [Capture(9, FIRST + 5)]) == [True]
     capture = Capture(9, FIRST + 5)
     assert parts_equal(backend.snapshot(capture), fresh.snapshot(capture))
@@ -320,7 +321,7 @@ def test_without_an_exporter_only_inside_captures_fail_and_are_not_reported() ->
     backend = TensorBackend(implementation)
     writes = Writes()
     backend.bind(EngineLayout(2, 8, BLOCK, FIRST, 3), writes)
-    backend.start("a", prompt(PROMPT), 0)
+    backend.start(req("a"), 0)
     captures = [Capture(3, FIRST), Capture(6, FIRST + 1)]
     assert backend.prefill("a", 0, 0, 6, [0, 1], captures) == [False, True]
     assert writes.slots == [FIRST + 1]
@@ -337,7 +338,7 @@ def test_capture_hooks_run_in_entry_order_and_only_inside_their_block() -> None:
         return record
 
     backend, _ = tensor_backend()
-    backend.start("a", prompt(PROMPT), 0)
+    backend.start(req("a"), 0)
     with capture_hook(hook("outer")), capture_hook(hook("inner")):
         backend.prefill("a", 0, 0, 6, [0, 1], [Capture(3, FIRST), Capture(6, FIRST + 1)])
     backend.prefill("a", 0, 6, 10, [0, 1, 2], [Capture(10, FIRST + 2)])
@@ -359,10 +360,28 @@ def test_tensor_backend_describes_itself() -> None:
             "layers": ["mamba2", "gdn", "swa", "attn"],
             "vocab_size": backend.model.config.vocab_size,
             "d_model": backend.model.config.d_model,
+            "draft_head": False,
         },
         "check_exactness": True,
         "buffer_habits": "clean",
         "exactness_checks": 0,
+        "counts": {
+            "captures": 0,
+            "partial_captures": 0,
+            "restores": 0,
+            "partial_restores": 0,
+            "partial_restores_checked": 0,
+            "draft_rows_recomputed": 0,
+            "pages_copied": 0,
+            "decoded_tokens": 0,
+            "decode_skipped": 0,
+            "spec_steps": 0,
+            "drafted_tokens": 0,
+            "rolled_back_tokens": 0,
+            "generated_captures": 0,
+            "generated_restores": 0,
+            "generated_restores_checked": 0,
+        },
     }
     assert TensorBackend(reference_implementation(), name="mine").describe()["name"] == "mine"
     without: Implementation = dataclasses.replace(reference_implementation(), make_storage=None)
@@ -370,7 +389,7 @@ def test_tensor_backend_describes_itself() -> None:
         TensorBackend(without)
     unbound = TensorBackend(reference_implementation())
     with pytest.raises(RuntimeError, match="bind"):
-        unbound.start("a", prompt(PROMPT), 0)
+        unbound.start(req("a"), 0)
 
 
 # --- fault wrappers ---------------------------------------------------------------------
@@ -389,8 +408,8 @@ class Inner:
     def bind(self, layout: EngineLayout, observer: Any) -> None:
         self.calls.append(("bind", layout, observer))
 
-    def start(self, request_id: str, prompt: Any, batch_slot: int) -> None:
-        self.calls.append(("start", request_id, prompt, batch_slot))
+    def start(self, request: Any, batch_slot: int) -> None:
+        self.calls.append(("start", request, batch_slot))
 
     def restore(self, *args: Any) -> None:
         self.calls.append(("restore", *args))
@@ -402,6 +421,9 @@ class Inner:
     def prefill_done(self, *args: Any) -> list[str]:
         self.calls.append(("prefill_done", *args))
         return ["mismatch"]
+
+    def decode(self, step: DecodeStep) -> None:
+        self.calls.append(("decode", step))
 
     def release(self, *args: Any) -> None:
         self.calls.append(("release", *args))
@@ -472,15 +494,18 @@ def test_fault_wrappers_delegate_everything_else(kind: str) -> None:
     layout = EngineLayout(1, 2, 4, 0, 1)
     observer = Writes()
     wrapper.bind(layout, observer)
-    wrapper.start("r", "P", 0)
+    request, step = req("r"), DecodeStep("r", 0, 8, 10, [1, 2, 3], proposed=2)
+    wrapper.start(request, 0)
     wrapper.restore("r", 0, 5, 6, [1, 2])
     assert wrapper.prefill_done("r", 0, [1, 2]) == ["mismatch"]
+    wrapper.decode(step)
     wrapper.release("r", 0)
     assert inner.calls == [
         ("bind", layout, observer),
-        ("start", "r", "P", 0),
+        ("start", request, 0),
         ("restore", "r", 0, 5, 6, [1, 2]),
         ("prefill_done", "r", 0, [1, 2]),
+        ("decode", step),
         ("release", "r", 0),
     ]
 
@@ -493,12 +518,14 @@ def test_shadow_backend_reports_every_capture_written() -> None:
     assert isinstance(backend, ShadowBackend) and backend.real_tensors is False
     writes = Writes()
     backend.bind(EngineLayout(1, 2, 4, 0, 3), writes)
-    backend.start("r", prompt(PROMPT), 0)
+    backend.start(req("r"), 0)
     captures = [Capture(3, 2), Capture(5, 0), Capture(8, 1)]
     assert backend.prefill("r", 0, 0, 8, [0, 1], captures) == [True, True, True]
     assert writes.slots == [2, 0, 1]
     assert backend.prefill("r", 0, 8, 9, [0, 1, 2], []) == []
     assert backend.prefill_done("r", 0, [0, 1, 2]) == []
+    backend.decode(DecodeStep("r", 0, 9, 11, [0, 1, 2], proposed=3))
+    assert writes.slots == [2, 0, 1]
     assert backend.describe() == {"name": "shadow", "implementation": "reference"}
 
 
@@ -537,255 +564,11 @@ def test_captures_and_layouts_are_immutable_and_backends_are_checkable() -> None
     layout = EngineLayout(1, 2, 4, 0, 1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         layout.first_slot = 5  # type: ignore[misc]
+    step = DecodeStep("r", 0, 8, 9, [0, 1])
+    assert step.proposed == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.end = 10  # type: ignore[misc]
     assert isinstance(make_backend("shadow"), Backend)
     assert not isinstance(object(), Backend)
     implementation: Implementation = reference_implementation()
     assert isinstance(TensorBackend(implementation), Backend)
-
-
-# --- crosscheck: compare ----------------------------------------------------------------
-
-
-def rec(request: str = "r", position: int = 8, slot: int = 1, **parts: torch.Tensor) -> Record:
-    return Record(request, position, slot, parts or {"a": torch.tensor([1.0, 2.0])})
-
-
-def test_compare_checks_shapes_as_well_as_bytes() -> None:
-    flat = rec(a=torch.tensor([1.0, 2.0]))
-    tall = rec(a=torch.tensor([[1.0], [2.0]]))
-    assert compare([flat], [tall], ("x", "y")) == [
-        "capture 0 (request r position 8 slot 1) a: torch.float32[2] vs torch.float32[2, 1]"
-    ]
-
-
-def test_compare_checks_every_capture_and_every_part() -> None:
-    one, two = torch.tensor([1.0]), torch.tensor([2.0])
-    left = [rec(a=one, b=one), rec(position=9, a=one, b=one), rec(position=10, a=one, b=one)]
-    right = [rec(a=two, b=one), rec(position=9, a=one, b=one), rec(position=10, a=one, b=two)]
-    assert compare(left, right, ("x", "y")) == [
-        "capture 0 (request r position 8 slot 1) a: bytes differ",
-        "capture 2 (request r position 10 slot 1) b: bytes differ",
-    ]
-    assert compare(left, left, ("x", "y")) == []
-
-
-def test_compare_checks_part_names_identity_and_length() -> None:
-    one = torch.tensor([1.0])
-    assert compare([rec(a=one, b=one)], [rec(a=one, c=one)], ("x", "y")) == [
-        "capture 0 (request r position 8 slot 1): parts ['a', 'b'] vs ['a', 'c']"
-    ]
-    assert compare([rec(a=one)], [rec(a=one, b=one)], ("x", "y")) == [
-        "capture 0 (request r position 8 slot 1): parts ['a'] vs ['a', 'b']"
-    ]
-    for other in (rec("q"), rec(position=9), rec(slot=2)):
-        assert compare([rec()], [other], ("x", "y")) == [
-            f"capture 0: x request r position 8 slot 1, y {other.where}"
-        ]
-    assert compare([rec(), rec(position=9)], [rec()], ("x", "y")) == ["x recorded 2 captures, y 1"]
-    assert compare([], [rec()], ("x", "y")) == ["x recorded 0 captures, y 1"]
-
-
-def test_compare_sees_nan_payloads_and_signed_zeros() -> None:
-    nan = torch.tensor([float("nan")], dtype=torch.float64)
-    other_nan = nan.clone()
-    other_nan.view(torch.int64)[0] ^= 1  # a different NaN payload
-    assert torch.isnan(other_nan).all()
-    assert compare([rec(a=nan)], [rec(a=nan.clone())], ("x", "y")) == []
-    assert compare([rec(a=nan)], [rec(a=other_nan)], ("x", "y")) != []
-    zero = torch.zeros(1)
-    assert compare([rec(a=zero)], [rec(a=-zero)], ("x", "y")) != []
-    empty = torch.zeros(0)
-    assert compare([rec(a=empty)], [rec(a=empty.clone())], ("x", "y")) == []
-
-
-# --- crosscheck: record_run, crosscheck_runs, summary -----------------------------------
-
-
-class FakeSnapshots:
-    """Stands in for a TensorBackend: ``snapshot`` returns live views of ``state``."""
-
-    def __init__(self) -> None:
-        self.state = torch.zeros(3)
-
-    def snapshot(self, capture: Capture) -> dict[str, torch.Tensor]:
-        return {"recurrent/x": self.state[:2], "kv/y": self.state[2:]}
-
-
-def fire(backend: FakeSnapshots, request_id: str, capture: Capture) -> None:
-    """What a TensorBackend does after a capture: call every active hook."""
-    from sim.engine.backends import tensor
-
-    for hook in tensor._CAPTURE_HOOKS.get():
-        hook(cast(TensorBackend, backend), request_id, capture)
-
-
-@dataclass
-class FakeResult:
-    totals: dict[str, Any]
-    ok: bool = True
-    violation_counts: dict[str, int] = field(default_factory=dict)
-    backend: dict[str, Any] = field(default_factory=dict)
-
-
-TOTALS = {
-    "token_hit_rate": 0.5,
-    "prompt_tokens": 100,
-    "recomputed_tokens": 50,
-    "evictions": 2,
-    "captures": {"reserved": 3},
-}
-
-
-def fake_run(
-    values: Sequence[float], result: FakeResult, first_slot: int = 0
-) -> Callable[[], SimResult]:
-    def run() -> SimResult:
-        backend = FakeSnapshots()
-        for i, value in enumerate(values):
-            backend.state.fill_(value)
-            fire(backend, f"r{i}", Capture(10 + i, first_slot + i))
-        backend.state.fill_(-1.0)  # later writes must not change what was recorded
-        return cast(SimResult, result)
-
-    return run
-
-
-def test_record_run_copies_each_capture_when_it_is_written() -> None:
-    result = FakeResult(dict(TOTALS))
-    got, records = record_run(fake_run([1.0, 2.0], result))
-    assert got is cast(SimResult, result)
-    assert [(r.request_id, r.position, r.slot) for r in records] == [("r0", 10, 0), ("r1", 11, 1)]
-    assert [sorted(r.parts) for r in records] == [["kv/y", "recurrent/x"]] * 2
-    assert torch.equal(records[0].parts["recurrent/x"], torch.tensor([1.0, 1.0]))
-    assert torch.equal(records[1].parts["kv/y"], torch.tensor([2.0]))
-
-
-def crosscheck_fakes(
-    left: tuple[Sequence[float], FakeResult], right: tuple[Sequence[float], FakeResult]
-) -> CrosscheckResult:
-    runs = {"x": fake_run(*left), "y": fake_run(*right)}
-    return crosscheck_runs(lambda name: runs[name](), backends=("x", "y"))
-
-
-def test_crosscheck_runs_of_equal_captures_pass() -> None:
-    result = crosscheck_fakes(
-        ([1.0, 2.0], FakeResult(dict(TOTALS))), ([1.0, 2.0], FakeResult(dict(TOTALS)))
-    )
-    assert result.ok and result.differences == []
-    assert result.compared == 2 and result.captures == {"x": 2, "y": 2}
-
-
-def test_crosscheck_runs_count_each_side_and_compare_the_common_prefix() -> None:
-    result = crosscheck_fakes(
-        ([1.0, 2.0, 3.0], FakeResult(dict(TOTALS))), ([1.0, 5.0], FakeResult(dict(TOTALS)))
-    )
-    assert result.captures == {"x": 3, "y": 2} and result.compared == 2
-    assert result.differences == [
-        "x recorded 3 captures, y 2",
-        "capture 1 (request r1 position 11 slot 1) kv/y: bytes differ",
-        "capture 1 (request r1 position 11 slot 1) recurrent/x: bytes differ",
-    ]
-
-
-def test_crosscheck_runs_count_only_pairs_at_the_same_place_as_compared() -> None:
-    """Captures into different slots are a difference, not a bitwise comparison."""
-    runs = {
-        "x": fake_run([1.0, 2.0], FakeResult(dict(TOTALS))),
-        "y": fake_run([1.0, 2.0], FakeResult(dict(TOTALS)), first_slot=1),
-    }
-    result = crosscheck_runs(lambda name: runs[name](), backends=("x", "y"))
-    assert result.captures == {"x": 2, "y": 2} and result.compared == 0
-    assert result.differences == [
-        "capture 0: x request r0 position 10 slot 0, y request r0 position 10 slot 1",
-        "capture 1: x request r1 position 11 slot 1, y request r1 position 11 slot 2",
-    ]
-
-
-@pytest.mark.parametrize("key", sorted(TOTALS))
-def test_crosscheck_runs_compare_every_total(key: str) -> None:
-    changed = {**TOTALS, key: "changed"}
-    result = crosscheck_fakes(([1.0], FakeResult(dict(TOTALS))), ([1.0], FakeResult(changed)))
-    assert result.differences == [f"totals.{key}: x {TOTALS[key]!r}, y 'changed'"]
-
-
-def test_crosscheck_runs_report_lockstep_violations() -> None:
-    bad = FakeResult(dict(TOTALS), ok=False, violation_counts={"slot-leaked": 2})
-    result = crosscheck_fakes(([1.0], FakeResult(dict(TOTALS))), ([1.0], bad))
-    assert result.differences == ["y: lockstep violations {'slot-leaked': 2}"]
-    assert not result.ok
-
-
-def summary(differences: list[str], ok: bool = True) -> list[str]:
-    result = FakeResult(dict(TOTALS), ok=ok, backend={"exactness_checks": 4})
-    results = {"x": cast(SimResult, result)}
-    return CrosscheckResult({"x": 3}, 3, differences, results).summary_lines()
-
-
-def test_summary_lists_at_most_max_listed_differences() -> None:
-    assert MAX_LISTED == 20
-    lines = summary([f"d{i}" for i in range(MAX_LISTED + 2)], ok=False)
-    assert lines == [
-        "captures recorded: x 3; compared bitwise: 3",
-        "x: lockstep VIOLATIONS, exactness checks 4, token hit rate 0.500",
-        f"crosscheck: {MAX_LISTED + 2} DIFFERENCE(S)",
-        *[f"  d{i}" for i in range(MAX_LISTED)],
-        "  ... and 2 more",
-    ]
-    exactly = summary([f"d{i}" for i in range(MAX_LISTED)])
-    assert exactly[-1] == f"  d{MAX_LISTED - 1}" and len(exactly) == 3 + MAX_LISTED
-    one = summary(["only"])
-    assert one[1] == "x: lockstep ok, exactness checks 4, token hit rate 0.500"
-    assert one[-2:] == ["crosscheck: 1 DIFFERENCE(S)", "  only"]
-    assert summary([])[-1] == "crosscheck: ok (every captured slot identical)"
-
-
-def test_prepare_triton_sets_interpretation_only_before_triton_is_imported(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delitem(sys.modules, "triton", raising=False)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    prepare_triton()
-    assert os.environ["TRITON_INTERPRET"] == "1"
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    prepare_triton()
-    assert os.environ["TRITON_INTERPRET"] == "0"
-    monkeypatch.delenv("TRITON_INTERPRET")
-    monkeypatch.setitem(sys.modules, "triton", sys)
-    prepare_triton()
-    assert "TRITON_INTERPRET" not in os.environ
-
-
-def test_crosscheck_command_runs_both_backends_and_fails_on_a_difference(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
-) -> None:
-    from tests.test_crosscheck import TINY_SCENARIO
-
-    path = tmp_path / "tiny.toml"
-    # A scenario naming another backend and implementation: the crosscheck overrides both.
-    backend = '[backend]\nname = "external"\nimpl = "reference.impl:implementation"\n'
-    path.write_text(TINY_SCENARIO + backend)
-    runs: list[tuple[str, str | None, int | None]] = []
-    module = scenarios()
-
-    def run_scenario(scenario: Any, *, seed: int | None = None, progress: Any = None) -> Any:
-        config = scenario.sim_config
-        runs.append((config.backend, config.impl, seed))
-        return FakeResult(dict(TOTALS))
-
-    def fake_crosscheck(run: Callable[[str], SimResult]) -> CrosscheckResult:
-        results = {name: run(name) for name in crosscheck.BACKENDS}
-        return CrosscheckResult({"reference": 1, "gpu": 1}, 1, ["capture 0: it differs"], results)
-
-    monkeypatch.setattr(module, "run_scenario", run_scenario)
-    monkeypatch.setattr(crosscheck, "crosscheck_runs", fake_crosscheck)
-    prepared: list[bool] = []
-    monkeypatch.setattr(crosscheck, "prepare_triton", lambda: prepared.append(True))
-    out = io.StringIO()
-    args = argparse.Namespace(scenario=str(path), seed=5, quiet=True)
-    assert crosscheck.main(args, out) == 1
-    assert runs == [("reference", None, 5), ("gpu", None, 5)]
-    assert prepared == [True]  # Triton set to interpret before anything runs
-    assert out.getvalue().splitlines()[-2:] == [
-        "crosscheck: 1 DIFFERENCE(S)",
-        "  capture 0: it differs",
-    ]

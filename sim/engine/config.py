@@ -227,9 +227,9 @@ class SimConfig:
             at the end of what it computed (prompt + output - 1 tokens: the last
             generated token was never fed through the model) is captured, so the next
             turn of a conversation hits at the end of the previous answer
-            (docs/SIMULATION.md section 1). Needs requests that carry their ``answer``;
-            the shadow backend only (the real-tensor backends do not compute decoded
-            tokens).
+            (docs/SIMULATION.md section 1). Needs requests that carry their ``answer``
+            (the real-tensor backends decode its tokens, so the checkpoint holds the
+            real state after decode).
         generated_state: with ``cache_generated``, also capture the recurrent state at
             the end of the answer (SGLang, Marconi); ``False`` registers the answer's KV
             blocks only (vLLM 0.33, whose Mamba groups keep no decode-time state).
@@ -393,12 +393,6 @@ class SimConfig:
         if not isinstance(self.cache_generated, bool):
             raise InvalidConfigError(
                 f"SimConfig.cache_generated must be a bool, got {self.cache_generated!r}"
-            )
-        if self.cache_generated and self.backend != "shadow":
-            raise InvalidConfigError(
-                f"SimConfig.cache_generated runs on the 'shadow' backend only, not "
-                f"{self.backend!r}: the real-tensor backends do not compute decoded tokens, "
-                "so a checkpoint after decode would hold no real state"
             )
         for flag in ("generated_state", "workload_hints"):
             if not isinstance(getattr(self, flag), bool):

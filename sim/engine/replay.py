@@ -26,6 +26,7 @@ differs from the timed engine, and why, is in docs/SIMULATION.md ("Cache-only re
 from __future__ import annotations
 
 from reference.api import Reservation
+from sim.engine.backends.base import DecodeStep
 from sim.engine.scheduler import Engine, StepPlan
 from sim.engine.sequence import Phase, Seq
 
@@ -76,6 +77,10 @@ class Replayer(Engine):
         grown = self._grow(seq, last, StepPlan(self.step))
         assert grown, "a lone request always fits (the rejection rule)"
         self.metrics.decode_tokens += seq.output_tokens - seq.generated
+        if last > seq.computed:
+            self.backend.decode(
+                DecodeStep(seq.request_id, seq.batch_slot, seq.computed, last, seq.blocks)
+            )
         seq.computed, seq.generated = last, seq.output_tokens
         self.checker.request_id = seq.request_id
         self._finish(seq)

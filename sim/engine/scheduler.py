@@ -59,7 +59,7 @@ from reference.api import AlreadyCached, EntryCost, PrefillChunk, Reservation
 from reference.errors import HyckptError, InvalidConfigError
 from reference.hashing import HashedPrompt
 from sim.engine.alpha_tuning import AlphaTuner
-from sim.engine.backends.base import Backend, Capture, EngineLayout
+from sim.engine.backends.base import Backend, Capture, DecodeStep, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
 from sim.engine.hits import block_digests, reconcile
@@ -190,6 +190,7 @@ class Engine:
                 block_size=config.block_size,
                 first_slot=self.index.first_slot,
                 checkpoint_slots=self.capacity,
+                draft_head=self.costs.with_draft,
             ),
             self.checker,
         )
@@ -537,6 +538,11 @@ class Engine:
             while events and events[0][0] == done - 1 and events[0][1] == 1:
                 _, _, _, seq = heapq.heappop(events)
                 computed, generated = base.pop(seq)
+                self.backend.decode(
+                    DecodeStep(
+                        seq.request_id, seq.batch_slot, computed, computed + done, seq.blocks
+                    )
+                )
                 seq.computed, seq.generated = computed + done, generated + done
                 contexts -= seq.computed
                 count -= 1
@@ -562,6 +568,12 @@ class Engine:
         metrics.steps += steps
         metrics.decode_tokens += tokens
         for seq, (computed, generated) in base.items():
+            if done:
+                self.backend.decode(
+                    DecodeStep(
+                        seq.request_id, seq.batch_slot, computed, computed + done, seq.blocks
+                    )
+                )
             seq.computed, seq.generated = computed + done, generated + done
         return now
 
@@ -716,7 +728,7 @@ class Engine:
         if p < cached_end < n and cached_end not in branch:
             branch = (*branch, cached_end)
         seq.branch_points = branch
-        self.backend.start(request.request_id, request.prompt, seq.batch_slot)
+        self.backend.start(request, seq.batch_slot)
         if hit is not None:
             seq.hit_slot = hit.slot
             if self._unified:  # pinned above
@@ -995,7 +1007,11 @@ class Engine:
                 accepted += 1
             metrics.spec_proposed += proposed
             metrics.spec_accepted += accepted
-            seq.computed += 1 + accepted
+            fed = seq.computed + 1 + accepted
+            self.backend.decode(
+                DecodeStep(seq.request_id, seq.batch_slot, seq.computed, fed, seq.blocks, proposed)
+            )
+            seq.computed = fed
             seq.generated += 1 + accepted
             metrics.decode_tokens += 1 + accepted
             keep = -(-seq.computed // block)

@@ -501,14 +501,6 @@ def _assemble(
         )
     if backend["name"] == "external" and backend["impl"] is None:
         raise ScenarioError(where, "backend.impl", None, "module:factory for backend 'external'")
-    if cache["cache_generated"] and backend["name"] != "shadow":
-        raise ScenarioError(
-            where,
-            "cache.cache_generated",
-            True,
-            f"false with backend {backend['name']!r}: the real-tensor backends do not compute "
-            "decoded tokens, so only 'shadow' can cache them",
-        )
     if backend["buffer_habits"] and backend["name"] == "shadow":
         raise ScenarioError(
             where,

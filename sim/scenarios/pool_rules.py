@@ -158,12 +158,7 @@ def apply_preset(
     model_sizes: ModelSizes,
 ) -> set[str]:
     """Fill in the ``cache.engine`` preset's settings the file does not set; return the
-    dotted keys the preset set.
-
-    Raises:
-        ScenarioError: the preset caches generated tokens on a real-tensor backend, which
-            cannot (an explicit ``cache.cache_generated = false`` overrides it).
-    """
+    dotted keys the preset set."""
     name = tables["cache"]["engine"]
     if name == "none":
         return set()
@@ -183,18 +178,4 @@ def apply_preset(
             continue
         tables[table][key] = dict(value) if isinstance(value, dict) else value
         applied.add(dotted)
-    backend = tables["backend"]["name"]
-    if (
-        "cache.cache_generated" in applied
-        and tables["cache"]["cache_generated"]
-        and backend != "shadow"
-    ):
-        raise ScenarioError(
-            where,
-            "cache.engine",
-            name,
-            f"a preset the run can honour: {name!r} caches generated tokens, which backend "
-            f"{backend!r} cannot (it does not compute decoded tokens); use backend 'shadow', "
-            "or set cache.cache_generated = false to override",
-        )
     return applied

@@ -23,7 +23,14 @@ from reference.api import Implementation
 from reference.conformance.buffer_habits import CLEAN, habits_named
 from reference.conformance.loading import DEFAULT_IMPL, load_implementation
 from reference.errors import ImplementationLoadError, InvalidConfigError
-from sim.engine.backends.base import Backend, Capture, EngineLayout, WriteObserver
+from sim.engine.backends.base import (
+    Backend,
+    Capture,
+    DecodeStep,
+    EngineLayout,
+    StartedRequest,
+    WriteObserver,
+)
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.backends.shadow import ShadowBackend
 from sim.engine.backends.tensor import TensorBackend
@@ -36,9 +43,11 @@ __all__ = [
     "Backend",
     "Capture",
     "DecliningBackend",
+    "DecodeStep",
     "EngineLayout",
     "FailingCaptures",
     "ShadowBackend",
+    "StartedRequest",
     "TensorBackend",
     "WriteObserver",
     "make_backend",
@@ -60,7 +69,7 @@ def make_backend(
             optional for ``shadow`` and ``reference`` (default: the reference).
         check_exactness: real-tensor backends compare restores with scratch prefills.
         buffer_habits: names of the engine buffer habits real-tensor backends play
-            (:func:`reference.conformance.buffer_habits.habits_named`).
+            (:func:`reference.conformance.habits.habits_named`).
 
     Raises:
         InvalidConfigError: unknown name, ``external`` without ``impl``, unknown buffer

@@ -4,7 +4,9 @@ The scheduler owns time, the KV pool, the index and the placement policy; a back
 the *data*: live state and snapshot storage (real tensors), or nothing (shadow). The
 scheduler calls, per request:
 
-1. :meth:`Backend.start` when it admits the request (fresh state in its batch slot),
+1. :meth:`Backend.start` when it admits the request (fresh state in its batch slot); the
+   request (:class:`StartedRequest`) carries its prompt and, when the workload gives it,
+   its ``answer``: the prompt followed by the tokens it generates,
 2. :meth:`Backend.restore` when it issues the restore of a hit (copy the snapshot slot
    into the batch slot and the partial page),
 3. :meth:`Backend.prefill` once per scheduled chunk, in the step that computes it, with
@@ -13,9 +15,11 @@ scheduler calls, per request:
    :class:`WriteObserver` (the lockstep checker) as it performs it,
 4. :meth:`Backend.prefill_done` when the prompt is computed (real-tensor backends compare
    a restored request with a scratch prefill here),
-5. :meth:`Backend.capture_generated` when a request finishes and the engine caches what
+5. :meth:`Backend.decode` for every decode step (or run of fused decode steps) of the
+   request (:class:`DecodeStep`: the tokens it verified, those it accepted),
+6. :meth:`Backend.capture_generated` when a request finishes and the engine caches what
    it generated (``SimConfig.cache_generated``): the live state at its end into a slot,
-6. :meth:`Backend.release` when the request finishes or is preempted.
+7. :meth:`Backend.release` when the request finishes or is preempted.
 
 Slots are the index's snapshot slot ids; blocks are the KV pool's block ids (page ids of
 the live state). Token counts and positions are tokens.
@@ -29,6 +33,18 @@ from typing import Protocol, runtime_checkable
 
 from reference.api import Implementation
 from sim.engine.sequence import PromptSource
+
+
+class StartedRequest(Protocol):
+    """What a backend reads of a request it starts (:class:`~sim.engine.sequence.RequestLike`
+    has it). ``answer`` is an optional attribute: the prompt followed by the tokens the
+    request generates, when the workload gives them (real-tensor backends decode them)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def prompt(self) -> PromptSource: ...
 
 
 class WriteObserver(Protocol):
@@ -46,6 +62,36 @@ class Capture:
     slot: int
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeStep:
+    """One decode step of a request, or a run of fused ones (:meth:`Backend.decode`).
+
+    The request's live state held ``start`` tokens (its prompt and the generated tokens
+    fed so far); the token at ``start`` is the one sampled last. Without speculation
+    (``proposed == 0``) tokens ``[start, end)`` are fed as they are: one step (``end =
+    start + 1``) or a run of fused steps. With ``proposed = k > 0`` the step verifies
+    ``1 + k`` tokens, the sampled one and ``k`` draft tokens, at positions ``start ..
+    start + k``, accepts ``j = end - start - 1 <= k`` drafts (the engine's seeded
+    acceptance draws) and rolls back to ``end = start + 1 + j`` tokens.
+
+    Attributes:
+        request_id: the request.
+        batch_slot: its live batch slot.
+        start: tokens the live state held before the step.
+        end: tokens it holds after.
+        block_table: the request's KV blocks; they cover ``start + 1 + proposed`` tokens
+            (the blocks beyond ``end`` are freed once the step has run).
+        proposed: draft tokens the step verified (0: no speculation).
+    """
+
+    request_id: str
+    batch_slot: int
+    start: int
+    end: int
+    block_table: Sequence[int]
+    proposed: int = 0
+
+
 @dataclass(frozen=True)
 class EngineLayout:
     """Pool sizes a backend allocates for.
@@ -56,6 +102,9 @@ class EngineLayout:
         block_size: tokens per page ``B``.
         first_slot: first snapshot slot id of the index.
         checkpoint_slots: snapshot slots.
+        draft_head: the run serves a draft head (``spec_tokens > 0``, as the cost model
+            prices it): real-tensor backends run the tiny model with its draft head, and
+            every checkpoint carries the paired draft page and the boundary hidden row.
     """
 
     batch_slots: int
@@ -63,6 +112,7 @@ class EngineLayout:
     block_size: int
     first_slot: int
     checkpoint_slots: int
+    draft_head: bool = False
 
 
 @runtime_checkable
@@ -83,8 +133,8 @@ class Backend(Protocol):
         """Allocate pools for ``layout``; report writes to ``observer``. Called once."""
         ...
 
-    def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
-        """A request enters ``batch_slot`` with an empty prefix."""
+    def start(self, request: StartedRequest, batch_slot: int) -> None:
+        """``request`` enters ``batch_slot`` with an empty prefix."""
         ...
 
     def restore(
@@ -118,6 +168,11 @@ class Backend(Protocol):
     ) -> list[str]:
         """The prompt is computed; mismatches against a scratch prefill (empty if none or
         not checked)."""
+        ...
+
+    def decode(self, step: DecodeStep) -> None:
+        """A decode step ran (see :class:`DecodeStep`). Real-tensor backends compute it on
+        the model when the workload gives the request's generated tokens (its answer)."""
         ...
 
     def capture_generated(

@@ -14,8 +14,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from sim.engine.backends.base import Backend, Capture, EngineLayout, WriteObserver
-from sim.engine.sequence import PromptSource
+from sim.engine.backends.base import (
+    Backend,
+    Capture,
+    DecodeStep,
+    EngineLayout,
+    StartedRequest,
+    WriteObserver,
+)
 
 
 class _Wrapper:
@@ -30,8 +36,8 @@ class _Wrapper:
     def bind(self, layout: EngineLayout, observer: WriteObserver) -> None:
         self.inner.bind(layout, observer)
 
-    def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
-        self.inner.start(request_id, prompt, batch_slot)
+    def start(self, request: StartedRequest, batch_slot: int) -> None:
+        self.inner.start(request, batch_slot)
 
     def restore(
         self,
@@ -58,6 +64,9 @@ class _Wrapper:
         self, request_id: str, batch_slot: int, block_table: Sequence[int]
     ) -> list[str]:
         return self.inner.prefill_done(request_id, batch_slot, block_table)
+
+    def decode(self, step: DecodeStep) -> None:
+        self.inner.decode(step)
 
     def capture_generated(
         self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]

@@ -10,8 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reference.api import Implementation
-from sim.engine.backends.base import Capture, EngineLayout, WriteObserver
-from sim.engine.sequence import PromptSource
+from sim.engine.backends.base import (
+    Capture,
+    DecodeStep,
+    EngineLayout,
+    StartedRequest,
+    WriteObserver,
+)
 
 
 class ShadowBackend:
@@ -32,7 +37,7 @@ class ShadowBackend:
     def bind(self, layout: EngineLayout, observer: WriteObserver) -> None:
         self._observer = observer
 
-    def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
+    def start(self, request: StartedRequest, batch_slot: int) -> None:
         return None
 
     def restore(
@@ -59,6 +64,9 @@ class ShadowBackend:
         for capture in captures:
             observer.on_write(capture.slot)
         return [True] * len(captures)
+
+    def decode(self, step: DecodeStep) -> None:
+        return None
 
     def capture_generated(
         self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]

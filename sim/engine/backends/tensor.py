@@ -18,24 +18,51 @@ vocabulary (``prompt.tokens(vocab=...)``):
   with a scratch prefill of the same prompt: every recurrent tensor, every KV row of the
   prompt, and the logits of every token computed after the restore (DESIGN §6 property 1).
 
-With buffer habits (:mod:`reference.conformance.buffer_habits`), the backend handles its buffers the
-way real engines do: live pools as views into a padded buffer; every live tensor
-reallocated when the storage is built, and the recurrent pools again before each request
-starts; exporter calls shared with rows that have no checkpoint; raw conv inputs sliced
-out of a wider projection.
+**Draft head** (when the run serves one, ``EngineLayout.draft_head``, or the model
+configuration has one; :mod:`sim.engine.backends.tensor_draft`): the model writes the
+draft KV rows beside the base rows, in paired pages; a capture also saves the boundary
+hidden row ``h_{p-1}`` on the recurrent axis and stores the partial page paired
+(``capture_partial_kv_paired``); a restore restores both, then recomputes the
+successor-dependent draft row ``p - 1`` from the saved row and the request's token ``p``
+(DESIGN §6 property 3), first copying the last shared full page when ``p mod B == 0``
+(a shared page is never written in place); the comparison covers every draft KV row.
+The successor of the prompt's last token is the first token of the request's
+``answer`` (the workload's generated tokens, which the next turn's prompt holds), so the
+last draft row of a prompt is written when its prefill ends, as an MTP engine writes it
+when it samples the first token.
 
-Decode steps do not touch the tensors (the workload supplies the next turn's tokens, so
-no later computation reads decode state), and the model has no draft head.
+With buffer habits (:mod:`reference.conformance.buffer_habits`), the backend handles its buffers the
+way real engines do: live pools as views into a padded buffer (so are the hidden-state
+buffers of the boundary row); every live tensor reallocated when the storage is built,
+and the recurrent pools again before each request starts; exporter calls shared with
+rows that have no checkpoint; raw conv inputs sliced out of a wider projection.
+
+**Decode** (:meth:`TensorBackend.decode`, :mod:`sim.engine.backends.tensor_decode`):
+every decode step is computed on the model with the request's answer tokens (the tokens
+the workload gives, which the next turn's prompt holds), not tokens the tiny model would
+pick. A speculative step proposes its draft tokens with the draft head, verifies them on
+the base model and rolls the recurrent state and KV back to the accepted ones (DESIGN §6
+property 4), the number accepted being the engine's seeded draw; the boundary draft row
+of the last token held is then written from its ``h`` and the token the step sampled. So
+the live state after decode is real. A request whose workload gives no answer is not
+decoded on tensors.
+
+**Checkpoints after decode** (:meth:`TensorBackend.capture_generated`, with
+``SimConfig.cache_generated``): the live state at the request's end, captured like a
+chunk-end capture (recurrent axis, boundary row ``h_{p-1}``, partial page paired with
+its draft page). The next turn's restore of it is compared with a scratch prefill like
+every restore, so a checkpoint that does not hold the state after exactly ``p`` tokens
+(a wrong last position, a wrong rollback) is a ``restore-mismatch``.
 
 Small workloads only: the canonical path costs about a millisecond per token.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 
 import torch
 
@@ -47,11 +74,30 @@ from reference.conformance.buffer_habits import (
     pad_pools,
     reallocate,
 )
-from reference.errors import CapabilityMissingError, HyckptError, InvalidConfigError
+from reference.errors import (
+    CapabilityMissingError,
+    HyckptError,
+    InvalidConfigError,
+    InvalidTokenCountError,
+)
 from reference.model import HybridConfig, TinyHybrid
+from reference.model.hybrid import PrefillResult
 from reference.state import LiveState
-from sim.engine.backends.base import Capture, EngineLayout, WriteObserver
-from sim.engine.sequence import PromptSource
+from sim.engine.backends.base import (
+    Capture,
+    DecodeStep,
+    EngineLayout,
+    StartedRequest,
+    WriteObserver,
+)
+from sim.engine.backends.tensor_check import scratch_mismatches
+from sim.engine.backends.tensor_decode import decode_step
+from sim.engine.backends.tensor_draft import (
+    DRAFT_CAPABILITIES,
+    capture_draft_parts,
+    restore_draft_parts,
+)
+from sim.engine.backends.tensor_records import RequestTensors, TensorCounts
 
 #: The tiny model every real-tensor run uses unless told otherwise.
 DEFAULT_MODEL = HybridConfig()
@@ -73,17 +119,6 @@ def capture_hook(hook: CaptureHook) -> Iterator[None]:
         _CAPTURE_HOOKS.reset(token)
 
 
-@dataclass
-class _Live:
-    """Per-request data of a real-tensor run."""
-
-    tokens: list[int]
-    restored_at: int = 0
-    restored_slot: int = -1
-    logits: list[torch.Tensor] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
 class TensorBackend:
     """Real tensors through ``implementation``'s storage and exporter (module docstring).
 
@@ -91,9 +126,15 @@ class TensorBackend:
         implementation: provides ``make_storage`` and ``make_exporter`` (and the index and
             placement policy the scheduler uses).
         name: backend name in reports.
-        model: the tiny model's configuration.
+        model: the tiny model's configuration. Its draft head is switched on at
+            :meth:`bind` when the run serves one (``EngineLayout.draft_head``); the base
+            weights do not depend on it.
         check_exactness: compare every restored request with a scratch prefill.
         habits: the buffer habits of real engines to play (none by default).
+
+    Attributes:
+        checks: restored requests compared with a scratch prefill.
+        counts: what the backend did (:class:`~sim.engine.backends.tensor_records.TensorCounts`).
 
     Raises:
         CapabilityMissingError: the implementation has no storage.
@@ -121,26 +162,60 @@ class TensorBackend:
         self.check_exactness = check_exactness
         self.habits = habits
         self.checks = 0
-        self._requests: dict[str, _Live] = {}
+        self.counts = TensorCounts()
+        self._requests: dict[str, RequestTensors] = {}
         self._observer: WriteObserver | None = None
         self._live: LiveState | None = None
         self._storage: SnapshotStorage | None = None
         self._exporter: PrefillExporter | None = None
         self._first_slot = 0
         self._block = 1
+        self._kv_blocks = 0
+        self._generated: set[int] = set()  # slot ids last written by capture_generated
 
     # --- set-up ----------------------------------------------------------------------
 
+    @property
+    def draft(self) -> bool:
+        """Whether the model runs its draft head."""
+        return self.model.draft is not None
+
     def bind(self, layout: EngineLayout, observer: WriteObserver) -> None:
+        """Allocate the live state and the storage for ``layout``.
+
+        With a draft head the live state has ``layout.batch_slots`` pages more than the
+        KV pool (one private page per batch slot, for the copy-on-write of a restore at
+        a page boundary) and the storage a boundary hidden slab of ``d_model``.
+
+        Raises:
+            CapabilityMissingError: a draft head, and the implementation does not declare
+                ``boundary-hidden`` and ``draft-pairing``.
+        """
         assert self.implementation.make_storage is not None
+        model = self.model
+        if layout.draft_head and model.draft is None:
+            model = TinyHybrid(dataclasses.replace(model.config, draft_head=True))
+        if model.draft is not None:
+            missing = sorted(DRAFT_CAPABILITIES - self.implementation.capabilities)
+            if missing:
+                raise CapabilityMissingError(
+                    f"implementation {self.implementation.name!r} does not declare "
+                    f"{', '.join(missing)}, which a run with a draft head needs (paired "
+                    "draft pages and the boundary hidden row); declare them, or run "
+                    "without speculative tokens (spec_tokens = 0)"
+                )
+        self.model = model
         self._observer = observer
         self._block = layout.block_size
         self._first_slot = layout.first_slot
-        self._live = self.model.new_state(layout.batch_slots, layout.kv_blocks, layout.block_size)
+        self._kv_blocks = layout.kv_blocks
+        pages = layout.kv_blocks + (layout.batch_slots if self.draft else 0)
+        self._live = self.model.new_state(layout.batch_slots, pages, layout.block_size)
         if self.habits.padded_pools:
             pad_pools(self._live)
+        extra = {"boundary_hidden_dim": self.model.config.d_model} if self.draft else {}
         self._storage = self.implementation.make_storage(
-            self._live, layout.checkpoint_slots, layout.checkpoint_slots
+            self._live, layout.checkpoint_slots, layout.checkpoint_slots, **extra
         )
         if self.habits.reallocation:
             reallocate(self._live, self.habits)
@@ -154,12 +229,31 @@ class TensorBackend:
 
     # --- requests --------------------------------------------------------------------
 
-    def start(self, request_id: str, prompt: PromptSource, batch_slot: int) -> None:
+    def start(self, request: StartedRequest, batch_slot: int) -> None:
+        """``request`` enters ``batch_slot``; its ``answer`` (the prompt and what it
+        generates), when the workload gives one, gives the tokens decode feeds and the
+        successor of the prompt's last token.
+
+        Raises:
+            InvalidConfigError: the answer does not start with the prompt.
+        """
         live, storage, _ = self._parts()
         if self.habits.reallocation:  # the KV pools moved once, at bind(): they are large
             reallocate(live, self.habits, pages=False)
         vocab = self.model.config.vocab_size
-        self._requests[request_id] = _Live(tokens=prompt.tokens(vocab=vocab).tolist())
+        request_id = request.request_id
+        tokens = request.prompt.tokens(vocab=vocab).tolist()
+        answer = getattr(request, "answer", None)
+        outputs: list[int] = []
+        if answer is not None:
+            full = answer.tokens(vocab=vocab).tolist()
+            if full[: len(tokens)] != tokens:
+                raise InvalidConfigError(
+                    f"request {request_id}: its answer does not start with its prompt; "
+                    "an answer is the prompt followed by the generated tokens"
+                )
+            outputs = full[len(tokens) :]
+        self._requests[request_id] = RequestTensors(tokens=tokens, outputs=outputs)
         storage.zero_recurrent(batch_slot)
 
     def restore(
@@ -170,15 +264,34 @@ class TensorBackend:
         tokens: int,
         block_table: Sequence[int],
     ) -> None:
-        _, storage, _ = self._parts()
+        live, storage, _ = self._parts()
         data = self._requests[request_id]
         data.restored_at, data.restored_slot, data.logits = tokens, slot, []
+        data.computed = tokens
+        data.pages.clear()
         snap = slot - self._first_slot
+        valid = tokens % self._block
+        self.counts.restores += 1
+        data.restored_generated = slot in self._generated
+        self.counts.generated_restores += data.restored_generated
+        self.counts.partial_restores += bool(valid)
         try:
             storage.restore_recurrent(snap, batch_slot)
-            if tokens % self._block:
-                page = block_table[tokens // self._block]
-                storage.restore_partial_kv(snap, page, tokens % self._block)
+            if valid and not self.draft:
+                storage.restore_partial_kv(snap, block_table[tokens // self._block], valid)
+            if self.draft:
+                restore_draft_parts(
+                    self.model,
+                    live,
+                    storage,
+                    self.habits,
+                    self.counts,
+                    data,
+                    snap=snap,
+                    batch_slot=batch_slot,
+                    block_table=block_table,
+                    private_page=self._kv_blocks + batch_slot,
+                )
         except HyckptError as error:
             data.errors.append(f"restore of slot {slot} at {tokens} tokens failed: {error}")
 
@@ -193,6 +306,7 @@ class TensorBackend:
     ) -> list[bool]:
         live, storage, observer = self._parts()
         data = self._requests[request_id]
+        table = data.table(block_table)
         inside = [c.position for c in captures if c.position < end]
         conv_before = (
             {n: t[batch_slot].clone() for n, t in live.recurrent.items() if n.endswith(".conv")}
@@ -200,23 +314,22 @@ class TensorBackend:
             else {}
         )
         result = self.model.prefill(
-            live, batch_slot, list(block_table), data.tokens[start:end], start, emit_at=inside
+            live,
+            batch_slot,
+            table,
+            data.tokens[start:end],
+            start,
+            emit_at=inside,
+            next_token=data.successor(end - 1) if self.draft else None,
         )
+        data.computed = end
+        if self.draft:
+            data.hidden = result.hidden[-1]
         if data.restored_at and self.check_exactness:
             data.logits.append(result.logits)
         done = []
         for capture in captures:
-            ok = self._store(
-                storage,
-                capture,
-                batch_slot,
-                start,
-                end,
-                block_table,
-                conv_before,
-                result.raw_conv_inputs,
-                result.emitted,
-            )
+            ok = self._store(storage, capture, batch_slot, start, end, table, conv_before, result)
             if ok:
                 observer.on_write(capture.slot)
                 for hook in _CAPTURE_HOOKS.get():
@@ -231,15 +344,15 @@ class TensorBackend:
         batch_slot: int,
         start: int,
         end: int,
-        block_table: Sequence[int],
+        table: Sequence[int],
         conv_before: dict[str, torch.Tensor],
-        raw_inputs: dict[str, torch.Tensor],
-        emitted: dict[int, dict[str, torch.Tensor]],
+        result: PrefillResult,
     ) -> bool:
         """Write one capture; ``False`` if the implementation cannot (nothing written)."""
         snap = capture.slot - self._first_slot
         p = capture.position
         storage.discard(snap)  # a new checkpoint: forget what the slot held before
+        self._generated.discard(capture.slot)
         if p == end:
             storage.capture_recurrent(snap, batch_slot)
         else:
@@ -251,12 +364,20 @@ class TensorBackend:
                 self.habits,
                 snap,
                 p - start,
-                raw_inputs,
+                result.raw_conv_inputs,
                 conv_before,
-                emitted[p],
+                result.emitted[p],
             )
-        if p % self._block:
-            storage.capture_partial_kv(snap, block_table[p // self._block], p % self._block)
+        valid = p % self._block
+        if self.draft:
+            page = table[p // self._block] if valid else None
+            capture_draft_parts(
+                storage, self.habits, snap, page, valid, result.hidden, p - 1 - start
+            )
+        elif valid:
+            storage.capture_partial_kv(snap, table[p // self._block], valid)
+        self.counts.captures += 1
+        self.counts.partial_captures += bool(valid)
         return True
 
     def prefill_done(
@@ -270,31 +391,75 @@ class TensorBackend:
         if not p or not self.check_exactness:
             return found
         self.checks += 1
-        tokens = data.tokens
-        n, block = len(tokens), self._block
-        pages = -(-n // block)
-        scratch = self.model.new_state(1, pages, block)
-        expected = self.model.prefill(scratch, 0, list(range(pages)), tokens, 0)
-        where = f"request {request_id} restored at {p} from slot {data.restored_slot}"
-        logits = torch.cat(data.logits) if data.logits else expected.logits[:0]
-        if not torch.equal(logits, expected.logits[p:]):
-            found.append(f"logits of [{p}, {n}) differ ({where})")
-        for name, tensor in live.recurrent.items():
-            if not torch.equal(tensor[batch_slot], scratch.recurrent[name][0]):
-                found.append(f"recurrent {name} differs ({where})")
-        table = list(block_table)
-        for name, pool in live.kv_pages.items():
-            ours = torch.stack([pool[table[t // block], t % block] for t in range(n)])
-            theirs = torch.stack([scratch.kv_pages[name][t // block, t % block] for t in range(n)])
-            if not torch.equal(ours, theirs):
-                found.append(f"KV {name} rows of [0, {n}) differ ({where})")
+        self.counts.partial_restores_checked += bool(p % self._block)
+        self.counts.generated_restores_checked += data.restored_generated
+        found += scratch_mismatches(
+            self.model, live, data, request_id, batch_slot, data.table(block_table), self._block
+        )
         data.logits = []
         return found
 
+    def decode(self, step: DecodeStep) -> None:
+        """Compute ``step`` on the model with the request's answer tokens ``[start, end)``
+        (:func:`~sim.engine.backends.tensor_decode.decode_step`: a plain feed, or with
+        ``step.proposed`` draft tokens a verification rolled back to ``end``). A request
+        whose workload gives no answer tokens is not computed (``counts.decode_skipped``;
+        its state after decode is then not real, and stays so).
+
+        Raises:
+            InvalidTokenCountError: ``start`` is not where the request's state ends,
+                ``[start, end)`` is empty or reaches into the prompt, or more tokens were
+                accepted than verified.
+        """
+        live, _, _ = self._parts()
+        data = self._requests[step.request_id]
+        if not data.decoded:
+            self.counts.decode_skipped += 1
+            return
+        n, start, end = len(data.tokens), step.start, step.end
+        if (
+            start != data.computed
+            or not n <= start < end
+            or step.proposed < 0
+            or (step.proposed and end - start > 1 + step.proposed)
+        ):
+            raise InvalidTokenCountError(
+                f"decode of [{start}, {end}) with {step.proposed} draft tokens for request "
+                f"{step.request_id}, whose live state holds {data.computed} tokens of a "
+                f"{n}-token prompt; a decode step feeds generated tokens from where the "
+                "state ends, and accepts at most the token sampled last and its drafts"
+            )
+        fed = data.outputs[start - n : end - n]
+        if len(fed) < end - start:
+            data.decoded = False
+            self.counts.decode_skipped += 1
+            return
+        table = data.table(step.block_table)
+        decode_step(self.model, live, data, step, table, fed, self.counts)
+
+    def live_mismatches(
+        self, request_id: str, batch_slot: int, block_table: Sequence[int]
+    ) -> list[str]:
+        """Every way the request's live state (its prompt and the tokens decode fed)
+        differs from a scratch prefill of the same tokens: recurrent tensors, KV rows and
+        draft KV rows (:func:`~sim.engine.backends.tensor_check.scratch_mismatches`)."""
+        live, _, _ = self._parts()
+        data = self._requests[request_id]
+        table = data.table(block_table)
+        return scratch_mismatches(
+            self.model, live, data, request_id, batch_slot, table, self._block, logits=False
+        )
+
+    def written_after_decode(self, slot: int) -> bool:
+        """Whether snapshot slot id ``slot`` was last written by :meth:`capture_generated`
+        (a checkpoint of the state after decode)."""
+        return slot in self._generated
+
     def snapshot(self, capture: Capture) -> dict[str, torch.Tensor]:
         """Views of what ``capture`` wrote into its snapshot slot, keyed ``group/name``:
-        every recurrent slab's row of the slot and, when ``position mod B != 0``, the
-        ``position mod B`` partial-KV rows (the rest of a page holds nothing defined)."""
+        every recurrent slab's row of the slot, the boundary hidden row once captured,
+        and, when ``position mod B != 0``, the ``position mod B`` partial-KV rows of the
+        base and draft pages (the rest of a page holds nothing defined)."""
         _, storage, _ = self._parts()
         snap = capture.slot - self._first_slot
         rows = capture.position % self._block
@@ -311,12 +476,39 @@ class TensorBackend:
     def capture_generated(
         self, request_id: str, batch_slot: int, capture: Capture, block_table: Sequence[int]
     ) -> bool:
-        """Refused: this backend does not compute decoded tokens, so its live state after
-        decode is not real (``SimConfig`` refuses ``cache_generated`` with it)."""
-        raise InvalidConfigError(
-            "the real-tensor backend does not compute decoded tokens: it cannot capture "
-            "the state after a request's answer (cache_generated runs on 'shadow')"
-        )
+        """Write the live state of a finished request into ``capture.slot`` as a chunk-end
+        capture writes it: the recurrent axis, with a draft head the boundary row
+        ``h_{p-1}`` and the partial page paired with its draft page, else the partial
+        page alone (``p = capture.position``, ``p mod B`` rows). The state is taken as it
+        is: a ``p`` that is not where it ends is found when the checkpoint is restored.
+
+        Returns ``False`` (nothing written) when decode was not computed for the request
+        (its workload gave no answer tokens): its live state is not real.
+        """
+        _, storage, observer = self._parts()
+        data = self._requests[request_id]
+        if not data.decoded:
+            return False
+        snap = capture.slot - self._first_slot
+        p = capture.position
+        storage.discard(snap)
+        self._generated.add(capture.slot)
+        storage.capture_recurrent(snap, batch_slot)
+        valid = p % self._block
+        table = data.table(block_table)
+        page = table[p // self._block] if valid else None
+        if self.draft:
+            assert data.hidden is not None, "h_{p-1} is kept while a draft head runs"
+            capture_draft_parts(storage, self.habits, snap, page, valid, data.hidden[None], 0)
+        elif page is not None:
+            storage.capture_partial_kv(snap, page, valid)
+        self.counts.captures += 1
+        self.counts.partial_captures += bool(valid)
+        self.counts.generated_captures += 1
+        observer.on_write(capture.slot)
+        for hook in _CAPTURE_HOOKS.get():
+            hook(self, request_id, capture)
+        return True
 
     def release(self, request_id: str, batch_slot: int) -> None:
         self._requests.pop(request_id, None)
@@ -329,8 +521,10 @@ class TensorBackend:
                 "layers": list(self.model.config.layers),
                 "vocab_size": self.model.config.vocab_size,
                 "d_model": self.model.config.d_model,
+                "draft_head": self.draft,
             },
             "check_exactness": self.check_exactness,
             "buffer_habits": str(self.habits),
             "exactness_checks": self.checks,
+            "counts": self.counts.as_dict(),
         }
