@@ -31,11 +31,11 @@ status=0
 # which every later test fails with the same error; here the first one names the cause.
 CUDA_LAUNCH_BLOCKING=1 HYPOTHESIS_PROFILE=smoke timeout "${GPU_CHECK_PREFLIGHT_S:-60}" \
     python3 -m pytest -x -q -p no:cacheprovider --device=cuda -o faulthandler_timeout=50 \
-    tests/test_gpu_crosscheck.py -k "not conformance_suite and not busy_stream" \
+    tests/gpu/test_gpu_crosscheck.py -k "not conformance_suite and not busy_stream" \
     2>&1 | tee "$out/preflight.txt" || status=1
 timeout "${GPU_CHECK_TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
     -o faulthandler_timeout=120 \
-    tests/test_gpu_crosscheck.py tests/test_gpu_stateful.py tests/test_gpu_bench.py \
+    tests/gpu/test_gpu_crosscheck.py tests/gpu/test_gpu_stateful.py tests/gpu/test_gpu_bench.py \
     2>&1 | tee "$out/tests.txt" || status=1
 timeout "${GPU_CHECK_BENCH_S:-120}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
     --repeats 50 --warmup 5 2>&1 | tee "$out/bench-gpu.txt" || status=1

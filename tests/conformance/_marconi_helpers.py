@@ -1,5 +1,5 @@
 """Shared by the Marconi eviction tests (``tests/conformance/test_eviction_marconi.py``,
-``tests/test_marconi_reference.py``): the prompts they use, ``write`` (a checkpoint with
+``tests/reference/test_marconi_reference.py``): the prompts they use, ``write`` (a checkpoint with
 its FLOPs saved) and ``cached``."""
 
 from __future__ import annotations

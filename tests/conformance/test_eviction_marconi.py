@@ -6,7 +6,7 @@ with at most one child; utility ``norm(1 / (now - last_use)) + alpha * norm(effi
 with efficiency ``(flops_saved - parent's flops_saved) / bytes``; the lowest goes. The
 policy's clock advances by one at each publication and each hit; ``now`` is one past the
 latest. The comments give the arithmetic. The reference's own parameters and the prefix
-forest it reads (E6) are tested in ``tests/test_marconi_reference.py``.
+forest it reads (E6) are tested in ``tests/reference/test_marconi_reference.py``.
 """
 
 from __future__ import annotations

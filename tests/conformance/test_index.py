@@ -4,7 +4,7 @@ the Rust seed's tests, lookup, reserve / publish / abort, pins, invalidate and c
 Every test builds its index with ``impl.make_index``; run them against another
 implementation with ``pytest tests/conformance --impl module:factory``. Eviction is in
 ``test_index_eviction.py``, misuse in ``test_index_misuse.py``, the reference index's own
-construction and policy plumbing in ``tests/test_index_reference.py``.
+construction and policy plumbing in ``tests/reference/test_index_reference.py``.
 """
 
 from __future__ import annotations

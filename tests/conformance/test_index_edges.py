@@ -7,8 +7,8 @@ slot, ``flop-aware`` pricing.
 Expectations come from the written rules, not from the code: lookups are checked against
 a dictionary of published prefixes and eviction victims against the formulas of SEMANTICS
 §2.5 worked out by hand. The reference's own construction, defaults and policy calls are
-in ``tests/test_index_reference.py``, its policies' formulas in
-``tests/test_eviction_reference.py``.
+in ``tests/reference/test_index_reference.py``, its policies' formulas in
+``tests/reference/test_eviction_reference.py``.
 """
 
 from __future__ import annotations

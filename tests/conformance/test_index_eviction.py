@@ -1,7 +1,7 @@
 """Conformance tests of eviction through the index (DESIGN §3, SEMANTICS §2.5): which
 entry each policy (``lru``, ``fifo``, ``size-aware``, ``flop-aware``) evicts, through
 ``impl.make_index`` only. The reference's policy objects themselves are tested in
-``tests/test_eviction_reference.py``.
+``tests/reference/test_eviction_reference.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every test goes through :class:`reference.api.PlacementPolicy` only and builds p
 with ``impl.make_placement(name, **params)``; they run against any implementation
 (``pytest tests/conformance --impl module:factory``). The reference's pure position
 functions (``vllm_align_position``, ``block_floor_position``, ``vllm_align_batch``) and
-its own construction details are tested in ``tests/test_placement_reference.py``.
+its own construction details are tested in ``tests/reference/test_placement_reference.py``.
 
 All counts and positions are in tokens.
 """

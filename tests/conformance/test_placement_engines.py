@@ -7,7 +7,7 @@
 
 Every test builds policies with ``impl.make_placement(name, **params)`` and runs against
 any implementation; the reference's own construction of them is tested in
-``tests/test_placement_engines_reference.py``. All counts and positions are in tokens.
+``tests/reference/test_placement_engines_reference.py``. All counts and positions are in tokens.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each factory below returns an :class:`~reference.api.Implementation` that is the
 reference except for one storage or exporter method, broken the way serving engines have
 broken it (or plausibly could). :data:`BUGS` says which conformance tests must catch each
-one; ``tests/test_suite_catches_known_bugs.py`` checks that they do.
+one; ``tests/tooling/test_suite_catches_known_bugs.py`` checks that they do.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each known bug is a small, deliberately broken implementation (the reference with one
 rule broken, the way serving engines have broken it) plus what the suite is expected to
-say about it. ``tests/test_suite_catches_known_bugs.py`` runs the named conformance files
+say about it. ``tests/tooling/test_suite_catches_known_bugs.py`` runs the named conformance files
 against every entry and checks that the named tests fail with a message a reader can act
 on; ``docs/CONFORMANCE.md`` lists the catalogue for engine authors.
 """

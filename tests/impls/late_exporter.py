@@ -3,7 +3,7 @@
 Everything is the reference's except the prefill exporter, which exports each checkpoint
 at ``offset + 1`` (when the row has a token there): the classic off-by-one of a kernel
 that emits the state after consuming the token at the offset. Used by
-``tests/test_conformance_plumbing.py`` to show that the exactness harness plays the
+``tests/tooling/test_conformance_plumbing.py`` to show that the exactness harness plays the
 exporter of the implementation under test, not the reference's.
 """
 

@@ -3,7 +3,7 @@
 The reference's placement, index and storage, but: no ``"pin"``, ``"invalidate"``,
 ``"draft-pairing"`` or ``"boundary-hidden"`` capability, pins, invalidation, clearing,
 paired partial pages and boundary hidden rows raise :class:`CapabilityMissingError`, and
-there is no prefill exporter. Used by ``tests/test_conformance_plumbing.py`` to show that
+there is no prefill exporter. Used by ``tests/tooling/test_conformance_plumbing.py`` to show that
 the conformance suite skips what an implementation does not declare, with the reason,
 instead of calling it (DESIGN §8).
 """

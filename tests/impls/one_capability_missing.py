@@ -4,7 +4,7 @@
 :class:`CapabilityMissingError`. ``no_invalidate``: no ``"invalidate"``, and
 ``invalidate`` and ``clear`` raise (PROTOCOL §6 ties ``index.clear`` to
 ``"invalidate"``); pins stay, so a test that requires ``"pin"`` but calls ``clear`` is
-caught. Used by ``tests/test_conformance_plumbing.py`` to show that the index suite
+caught. Used by ``tests/tooling/test_conformance_plumbing.py`` to show that the index suite
 skips, with the reason, every test of the missing capability instead of calling it
 (DESIGN §8); ``tests/impls/no_optional_features.py`` drops several at once, which hides
 a test that requires one of them but calls another.

@@ -1,6 +1,6 @@
 """A deliberately broken implementation: its index evicts pinned slots.
 
-Used by ``tests/test_conformance_plumbing.py`` to show that ``--impl`` reaches the
+Used by ``tests/tooling/test_conformance_plumbing.py`` to show that ``--impl`` reaches the
 implementation and that the conformance suite catches the bug.
 """
 

@@ -8,7 +8,7 @@ tests can show that the client and the vector replay catch it:
 - ``version-2``: answers in protocol version 2 (every line, and ``hello``);
 - ``exit-at-hello``: writes a line to stderr and exits when it gets ``hello``.
 
-Used by ``tests/test_protocol.py`` and ``tests/test_vectors.py``.
+Used by ``tests/tooling/test_protocol.py`` and ``tests/tooling/test_vectors.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 An engine's errors are its own words: the conformance suite asks for the typed error of
 :mod:`reference.errors` with a message, and reads the wording only of this project's
 implementations (``tests.conftest.checks_wording``). Served from a module outside
-``tests`` (as ``tests/test_conformance_plumbing.py`` does), this implementation must pass
+``tests`` (as ``tests/tooling/test_conformance_plumbing.py`` does), this implementation must pass
 every conformance test the reference passes.
 """
 

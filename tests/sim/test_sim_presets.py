@@ -1,0 +1,193 @@
+"""Engine presets (``[cache] engine``; docs/SIMULATION.md "Engine presets").
+
+Each preset's settings follow the engine's source (cited in sim/engine/presets.py and the
+docs). The behaviour tests are two-turn conversations worked out by hand from what each
+engine keeps; the scenario tests check that a preset fills only what the file leaves
+unset and that contradictions name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+
+from reference.sizes import get_model
+from sim.engine import SimConfig
+from sim.engine.presets import PRESETS, SGLANG_MAMBA_FULL_MEMORY_RATIO, vllm_block_size
+from sim.scenarios.loader import SCENARIO_DIR, Scenario, build_scenario, load_scenario
+from sim.scenarios.schema import ScenarioError
+from tests.sim.test_sim_generated import published_positions, run, two_turns
+
+GIB = 1 << 30
+
+
+def scenario(text: str) -> Scenario:
+    base = """
+[scenario]
+name = "preset"
+[workload]
+generator = "multi_turn_chat"
+requests = 20
+"""
+    return build_scenario(tomllib.loads(base + text), "preset.toml", None, base_dir=None)
+
+
+# --- what each preset sets --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "block"),
+    [
+        # 24 Mamba2 layers of 128 heads × 64 × 128 bf16 states + (8192 + 2·8·128) × 3
+        # bf16 conv rows = 2,158,592 bytes a layer; one attention layer's token is
+        # 2 · 8 · 128 · 2 = 4,096 bytes: 16 · ceil(2,158,592 / (16 · 4,096)) = 16 · 33.
+        ("nemotron-h-8b", 528),
+        # Mamba1: 311,296 bytes a layer against 4,096: 16 · ceil(4.75) = 80.
+        ("jamba-v0.1", 80),
+        ("mamba2-2.7b", 16),  # no attention: nothing to align
+        ("gpt-oss-20b", 16),  # no recurrent layer
+    ],
+)
+def test_vllm_block_size_follows_vllms_page_alignment(model: str, block: int) -> None:
+    assert vllm_block_size(get_model(model)) == block
+
+
+def test_each_preset_sets_its_engines_settings() -> None:
+    vllm = scenario('[cache]\nengine = "vllm"\ncache_budget_bytes = 4294967296').sim_config
+    assert (vllm.block_size, vllm.unit, vllm.placement, vllm.eviction) == (
+        528,
+        528,
+        "vllm-retention",
+        "lru",
+    )
+    assert vllm.placement_arguments() == {"hash_unit": 528, "retention_interval": 0}
+    assert vllm.memory == "unified" and vllm.cache_generated and not vllm.generated_state
+    assert not vllm.workload_hints
+    sglang = scenario('[cache]\nengine = "sglang"\ncache_budget_bytes = 4294967296').sim_config
+    assert (sglang.placement, sglang.placement_arguments()) == ("chunk-end", {"hash_unit": 1})
+    assert sglang.memory == "split" and sglang.generated_state
+    share = SGLANG_MAMBA_FULL_MEMORY_RATIO / (1 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
+    assert sglang.checkpoint_share == share
+    slot = sglang.checkpoint_slot_bytes()
+    assert sglang.checkpoint_capacity() == int(4 * GIB * share) // slot
+    marconi = scenario('[cache]\nengine = "marconi"\ncache_budget_bytes = 4294967296').sim_config
+    assert (marconi.placement, marconi.eviction, marconi.memory) == (
+        "branch",
+        "marconi",
+        "unified",
+    )
+    assert marconi.placement_arguments()["end_of_input"] is False
+    assert marconi.generated_state and not marconi.workload_hints
+
+
+def test_keys_the_file_sets_win_and_parameters_go_with_their_policy() -> None:
+    config = scenario(
+        '[cache]\nengine = "vllm"\nblock_size = 64\n'
+        '[placement]\npolicy = "block-floor"\n[eviction]\npolicy = "fifo"'
+    ).sim_config
+    assert (config.block_size, config.placement, config.eviction) == (64, "block-floor", "fifo")
+    assert config.placement_arguments() == {"block_size": 64}  # no retention_interval
+    assert config.memory == "unified"  # what the file left unset still comes from vllm
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        ('engine = "sglang"\nkv_blocks = 100', "cache.kv_blocks", "set by cache.engine"),
+        ('engine = "vllm"\ncheckpoint_slots = 10', "cache.checkpoint_slots", "unified"),
+        ('engine = "sglang"\nmemory = "unified"', "cache.checkpoint_share", "set by cache.engine"),
+        ("cache_budget_bytes = 4294967296", "cache.cache_budget_bytes", "checkpoint_share"),
+        ('memory = "unified"\ncheckpoint_share = 0.5', "cache.checkpoint_share", "unified"),
+    ],
+)
+def test_contradictory_settings_name_the_key(text: str, key: str, says: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        scenario("[cache]\n" + text)
+    assert caught.value.key == key and says in str(caught.value)
+
+
+def test_a_preset_caching_answers_runs_on_real_tensors_too() -> None:
+    """The real-tensor backends decode the answer's tokens, so they cache it as well."""
+    config = scenario('[cache]\nengine = "marconi"\n[backend]\nname = "reference"').sim_config
+    assert config.cache_generated and config.generated_state and config.backend == "reference"
+
+
+# --- what each engine keeps, on a two-turn conversation ---------------------------------
+
+#: Turn 0: a 40-token prompt, a 10-token answer (40 + 10 - 1 = 49 tokens computed);
+#: turn 1: the answer and 20 new tokens (70). B = 16 throughout.
+ROOMY = SimConfig(
+    kv_blocks=4096, checkpoint_slots=64, token_budget=4096, max_num_seqs=8, workload_hints=False
+)
+
+
+def preset_config(name: str) -> SimConfig:
+    """``ROOMY`` with the preset's caching behaviour (its pools and block size left out,
+    so that the hand-worked numbers stay at B = 16)."""
+    settings = PRESETS[name].settings(ROOMY.model)
+    return dataclasses.replace(
+        ROOMY,
+        placement=str(settings["placement.policy"]),
+        placement_params=dict(settings["placement.params"]),  # type: ignore[call-overload]
+        eviction=str(settings["eviction.policy"]),
+        eviction_params={"tune": False} if settings["eviction.policy"] == "marconi" else {},
+        cache_generated=bool(settings["cache.cache_generated"]),
+        generated_state=bool(settings["cache.generated_state"]),
+    )
+
+
+def test_vllm_keeps_the_prompt_boundary_and_the_junction_not_the_answer() -> None:
+    # vllm-retention(h=16): turn 0 keeps snap(39) = 32. Finishing registers the answer's
+    # full blocks [0, 48) but keeps no decode-time state. Turn 1: KV present to 48, best
+    # checkpoint 32: hit 32. The junction (end of the cached KV, 48) and snap(69) = 64
+    # are kept during turn 1.
+    engine = run(preset_config("vllm"), two_turns(40, 10, 20))
+    assert engine.metrics.hit_tokens == 32
+    assert engine.metrics.generated_blocks_registered == 1
+    assert engine.metrics.captures_generated == 0
+    assert published_positions(engine) == [32, 48, 64]
+
+
+def test_sglang_keeps_each_chunk_end_and_the_finished_sequence() -> None:
+    # chunk-end(h=1): turn 0 (one chunk) keeps 40, its finish keeps 49; turn 1 hits 49
+    # and keeps its chunk's end, 70 (its one-token answer adds nothing).
+    engine = run(preset_config("sglang"), two_turns(40, 10, 20))
+    assert engine.metrics.hit_tokens == 49
+    assert published_positions(engine) == [40, 49, 70]
+
+
+def test_marconi_keeps_branch_offs_and_the_end_of_each_sequence_only() -> None:
+    # branch(end_of_input=False), no workload hints: turn 0 leaves no cached prefix, so
+    # its prompt keeps nothing; its finish keeps 49. Turn 1 hits 49; the cached KV ends
+    # at 48 < 49, so there is no branch-off point either.
+    engine = run(preset_config("marconi"), two_turns(40, 10, 20))
+    assert engine.metrics.hit_tokens == 49
+    assert published_positions(engine) == [49]
+
+
+def test_workload_hints_off_ignores_the_requests_branch_points() -> None:
+    # few-shot prompts carry branch points; "branch" placement with hints off keeps only
+    # ends of input and the junctions the cache shows.
+    from sim.engine.sources import build_workload
+
+    stream, _ = build_workload("few_shot_branching", 30, 0)
+    requests = list(stream())
+    hinted = run(dataclasses.replace(ROOMY, placement="branch", workload_hints=True), requests)
+    blind = run(dataclasses.replace(ROOMY, placement="branch"), requests)
+    assert blind.metrics.captures_planned < hinted.metrics.captures_planned
+
+
+# --- the shipped scenario ---------------------------------------------------------------
+
+
+def test_the_shipped_scenario_sweeps_the_three_presets() -> None:
+    shipped = load_scenario(SCENARIO_DIR / "engine-presets.toml")
+    assert shipped.sweep_axes["cache.engine"] == ["vllm", "sglang", "marconi"]
+    assert shipped.sim_config.mode == "replay"
+    for name in ("vllm", "sglang", "marconi"):
+        point = shipped.with_overrides({"cache.engine": name}).sim_config
+        memory = "split" if name == "sglang" else "unified"
+        assert point.memory == memory and point.cache_generated, name
+        assert point.cache_budget_bytes == 5 * GIB

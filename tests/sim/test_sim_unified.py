@@ -1,0 +1,224 @@
+"""One memory budget for cached KV blocks and checkpoints (``memory = "unified"``).
+
+Rule (docs/SEMANTICS.md H6): the budget is ``num_blocks`` pages; a checkpoint slot
+occupies ``slot_pages`` of them while reserved or published; a page for either kind comes
+from the free pages first, else the least recently used of (the head of the cached-KV
+LRU queue, the least recently used evictable checkpoint) is freed — the index's policy
+picks which checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference.errors import InvalidConfigError
+from sim.engine import SimConfig, run_simulation
+from sim.engine.backends import make_backend
+from sim.engine.scheduler import Engine, StepPlan
+from sim.engine.sources import build_workload
+from sim.engine.unified import SharedKVPool
+from sim.scenarios.loader import build_scenario
+from sim.scenarios.schema import ScenarioError
+from sim.workloads.prompt import Prompt
+from sim.workloads.request import Request
+from tests.sim.test_sim_engine import assert_clean
+
+
+def pages_config(extra_pages: int, slots: int = 1, **changes: object) -> SimConfig:
+    """A unified budget of ``slots`` checkpoint slots plus ``extra_pages`` KV pages."""
+    probe = SimConfig(memory="unified", cache_budget_bytes=2**36)
+    pages = slots * probe.unified_slot_pages() + extra_pages
+    return SimConfig(
+        memory="unified",
+        cache_budget_bytes=pages * probe.unified_page_bytes(),
+        max_num_seqs=4,
+        token_budget=4096,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def request(name: str, segment: int, tokens: int, at_s: float) -> Request:
+    return Request(f"{name}/0", at_s, name, 0, Prompt([(segment, tokens)]), 1, (0,), "x")
+
+
+def run(config: SimConfig, requests: list[Request]) -> Engine:
+    engine = Engine(config, requests, make_backend("shadow", None))
+    engine.run()
+    assert_clean(engine)
+    assert engine.pool.check() == []
+    return engine
+
+
+def test_kv_blocks_and_checkpoints_trade_pages_least_recently_used_first() -> None:
+    # Worked by hand, B = 16, block-floor, a budget of 2 slots (s pages each, s = 199 for
+    # nemotron-h-8b) + 10 pages; every prompt is 100 tokens (7 pages, 6 full blocks) and
+    # checkpoints at 80; each request finishes in its prefill step, so its 6 full blocks
+    # are cached (tick t) before its checkpoint is published (tick t + 1).
+    # - A: reserves into fresh pages. Cached A (tick 1), checkpoint A (tick 2).
+    # - B: its 7 pages are fresh (s + 4 free). Its checkpoint needs s fresh pages, s - 3
+    #   are: the 3 oldest cached blocks go (A's, tick 1). Cached B (3), checkpoint B (4).
+    # - C: 1 fresh page; needs 7: A's 3 last cached blocks go (tick 1 < checkpoint A's
+    #   2), then checkpoint A (2 < cached B's 3): s more pages. Its checkpoint needs s
+    #   fresh, s - 3 are: 3 of B's cached blocks go (3 < checkpoint B's 4).
+    config = pages_config(10, slots=2)
+    requests = [request("a", 1, 100, 0.0), request("b", 2, 100, 50.0), request("c", 3, 100, 99.0)]
+    engine = run(config, requests)
+    assert config.checkpoint_capacity() == 2
+    assert engine.index.evictions == {"memory": 1}
+    assert engine.pool.evictions["lru"] == 9
+    assert engine.metrics.captures_published == 3
+    assert len(engine.index.inner._by_key) == 2  # B's and C's checkpoints at 80
+
+
+def test_a_checkpoint_replaces_one_in_place_when_the_index_is_full() -> None:
+    # One slot: B's checkpoint takes A's slot (the index's own capacity eviction), so it
+    # needs no pages of its own: only B's 3 missing KV pages come from cached blocks.
+    engine = run(pages_config(10), [request("a", 1, 100, 0.0), request("b", 2, 100, 50.0)])
+    assert engine.index.evictions == {"capacity": 1}
+    assert engine.pool.evictions["lru"] == 3
+
+
+def test_a_recently_hit_checkpoint_outlives_older_cached_blocks() -> None:
+    # As above, but A's prompt comes back before B and hits its checkpoint (tick after
+    # every cached block's): B's pages then come from cached blocks, not from it.
+    config = pages_config(20)
+    a_again = dataclasses.replace(request("a", 1, 100, 20.0), request_id="a/1")
+    engine = run(config, [request("a", 1, 100, 0.0), a_again, request("c", 3, 100, 50.0)])
+    assert engine.metrics.hit_tokens == 80
+    assert engine.index.evictions["memory"] <= 1
+    assert 80 in [entry.key.tokens for entry in engine.index.inner._by_key.values()]
+
+
+@given(
+    extra=st.integers(8, 400).map(int),
+    seed=st.integers(0, 50),
+    cache_generated=st.booleans(),
+)
+@settings(max_examples=15, deadline=None)
+def test_the_budget_is_never_exceeded(extra: int, seed: int, cache_generated: bool) -> None:
+    config = pages_config(extra, cache_generated=cache_generated)
+    stream, _ = build_workload("multi_turn_chat", 40, seed)
+    engine = Engine(config, list(stream()), make_backend("shadow", None))
+    pool = engine.pool
+    assert isinstance(pool, SharedKVPool)
+    complete = engine._complete
+
+    def checked(plan: StepPlan, now_s: float, *, sample: bool = True) -> None:
+        complete(plan, now_s, sample=sample)
+        held = pool.num_blocks - pool.fresh_count() - pool.withheld
+        assert held >= 0 and pool.withheld == len(engine._held_slots) * pool.slot_pages
+        assert pool.withheld + held <= pool.num_blocks
+
+    engine._complete = checked  # type: ignore[method-assign]
+    engine.run()
+    assert_clean(engine)
+    assert pool.check() == []
+
+
+def test_unified_memory_beats_a_bad_split_at_the_same_budget() -> None:
+    gib = 2**30
+    stream, _ = build_workload("multi_turn_chat", 400, 0)
+    workload = list(stream())
+    split = SimConfig(
+        checkpoint_budget_bytes=1 * gib,
+        kv_blocks=(9 * gib) // SimConfig().unified_page_bytes(),
+        cache_generated=True,
+    )
+    unified = SimConfig(memory="unified", cache_budget_bytes=10 * gib, cache_generated=True)
+    a, b = run_simulation(split, workload), run_simulation(unified, workload)
+    assert a.ok and b.ok
+    assert b.totals["token_hit_rate"] > a.totals["token_hit_rate"]
+    assert b.pools["memory"]["checkpoint_pool_bytes"] == 0
+    assert b.pools["kv_pool_bytes"] <= 10 * gib
+
+
+def test_replay_runs_the_unified_budget_too() -> None:
+    config = pages_config(200, cache_generated=True, mode="replay")
+    stream, _ = build_workload("multi_turn_chat", 60, 2)
+    result = run_simulation(config, list(stream()))
+    assert result.ok and result.totals["evictions"].get("checkpoint:memory", 0) > 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"memory": "unified", "kv_blocks": 10}, "kv_blocks"),
+        ({"memory": "unified", "checkpoint_slots": 10}, "checkpoint_slots"),
+        ({"memory": "unified", "checkpoint_budget_bytes": 2**30}, "checkpoint_budget_bytes"),
+        ({"cache_budget_bytes": 2**30}, "needs memory='unified'"),
+        ({"memory": "unified", "model": "mamba2-2.7b"}, "no full-attention layer"),
+        ({"memory": "unified", "cache_budget_bytes": 1024}, "does not hold one checkpoint"),
+        ({"memory": "pooled"}, "memory must be one of"),
+    ],
+)
+def test_contradictory_memory_settings_are_refused(
+    changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        SimConfig(**changes)  # type: ignore[arg-type]
+
+
+BASE = """
+[scenario]
+name = "u"
+[cache]
+memory = "unified"
+[workload]
+generator = "multi_turn_chat"
+requests = 10
+"""
+
+
+@pytest.mark.parametrize(
+    "line", ["kv_blocks = 100", "checkpoint_slots = 4", "checkpoint_budget_bytes = 1073741824"]
+)
+def test_a_scenario_with_unified_memory_refuses_split_sizes(line: str) -> None:
+    text = BASE.replace("[cache]\n", f"[cache]\n{line}\n")
+    with pytest.raises(ScenarioError, match=r"cache\." + line.split(" = ")[0]):
+        build_scenario(tomllib.loads(text), "u.toml", None, base_dir=None)
+    scenario = build_scenario(tomllib.loads(BASE), "u.toml", None, base_dir=None)
+    assert scenario.sim_config.memory == "unified"
+    split = BASE.replace('memory = "unified"', "cache_budget_bytes = 1073741824")
+    with pytest.raises(ScenarioError, match=r"cache\.cache_budget_bytes"):
+        build_scenario(tomllib.loads(split), "u.toml", None, base_dir=None)
+
+
+def test_the_hit_rate_figure_puts_split_and_unified_runs_on_one_memory_axis() -> None:
+    from sim.report import figures
+    from sim.report.data import Row
+
+    gib = 2**30
+    stream, description = build_workload("multi_turn_chat", 60, 0)
+    workload = list(stream())
+    rows = []
+    for budget in (2, 4):
+        for memory in ("split", "unified"):
+            config = (
+                SimConfig(memory="unified", cache_budget_bytes=budget * gib)
+                if memory == "unified"
+                else SimConfig(
+                    checkpoint_budget_bytes=budget * gib // 4,
+                    kv_blocks=(3 * budget * gib // 4) // SimConfig().unified_page_bytes(),
+                )
+            )
+            result = run_simulation(config, workload, workload=description)
+            data = json.loads(result.to_json())
+            data["sweep"] = {"cache.memory": memory}
+            rows.append(Row(f"{memory}-{budget}.json", data))
+    assert rows[1].unified and not rows[0].unified
+    assert rows[1].cache_bytes is not None and rows[1].cache_bytes <= 2 * gib
+    figure = figures.figure_hit_rate_vs_pool(rows)
+    assert not isinstance(figure, str), figure
+    axis = figure.axes[1]
+    assert axis.get_xlabel().startswith("cache memory, GiB")
+    # Ticks at the runs' cache memory: the split runs' pools round down to whole slots
+    # and pages (1.98 and 3.97 GiB), the unified budgets are exact; sizes that close share
+    # one tick, labelled at the larger, so the labels never print over each other.
+    labels = [t.get_text() for t in axis.get_xticklabels()]
+    assert labels == ["2", "4"]
