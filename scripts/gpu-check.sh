@@ -26,16 +26,20 @@ timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm
 # Each part has its own time limit, so a hang in one cannot use up the device lease;
 # faulthandler dumps every thread's stack if a test hangs.
 status=0
+# The crosschecks against the reference, one file per topic (docs/GPU.md).
+crosschecks=(tests/gpu/test_gpu_crosscheck.py tests/gpu/test_gpu_crosscheck_export.py
+    tests/gpu/test_gpu_crosscheck_bad_input.py tests/gpu/test_gpu_crosscheck_streams.py
+    tests/gpu/test_gpu_crosscheck_kernels.py tests/gpu/test_gpu_crosscheck_conformance.py)
 # Pre-flight: every cross-check once, few examples, stopping at the first failure, with
 # synchronous launches. An illegal address poisons the process's CUDA context, after
 # which every later test fails with the same error; here the first one names the cause.
 CUDA_LAUNCH_BLOCKING=1 HYPOTHESIS_PROFILE=smoke timeout "${GPU_CHECK_PREFLIGHT_S:-60}" \
     python3 -m pytest -x -q -p no:cacheprovider --device=cuda -o faulthandler_timeout=50 \
-    tests/gpu/test_gpu_crosscheck.py -k "not conformance_suite and not busy_stream" \
+    "${crosschecks[@]}" -k "not conformance_suite and not busy_stream" \
     2>&1 | tee "$out/preflight.txt" || status=1
 timeout "${GPU_CHECK_TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --device=cuda \
     -o faulthandler_timeout=120 \
-    tests/gpu/test_gpu_crosscheck.py tests/gpu/test_gpu_stateful.py tests/gpu/test_gpu_bench.py \
+    "${crosschecks[@]}" tests/gpu/test_gpu_stateful.py tests/gpu/test_gpu_bench.py \
     2>&1 | tee "$out/tests.txt" || status=1
 timeout "${GPU_CHECK_BENCH_S:-120}" python3 -m sim.cli bench gpu --device cuda --pairs 8 \
     --repeats 50 --warmup 5 2>&1 | tee "$out/bench-gpu.txt" || status=1

@@ -1,6 +1,6 @@
 """Edges of the copy kernel and its launchers, pinned byte by byte (docs/GPU.md).
 
-The crosschecks (tests/gpu/test_gpu_crosscheck.py) compare whole storages and exporters with
+The crosschecks (tests/gpu/test_gpu_crosscheck*.py) compare whole storages and exporters with
 the reference. These tests go one level down, to :func:`gpu.launch.launch_jobs` and
 :func:`gpu.launch.launch_slots`, with descriptor rows built by hand over raw byte
 buffers: strides drawn independently on the two sides (so taking one for another moves

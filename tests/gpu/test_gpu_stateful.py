@@ -36,7 +36,7 @@ from tests.conformance._storage_helpers import (
     make_live,
     random_tensor,
 )
-from tests.gpu.test_gpu_crosscheck import STATEFUL_EXAMPLES, Twin, place
+from tests.gpu._crosscheck_helpers import STATEFUL_EXAMPLES, Twin, place
 
 RECURRENT_SLOTS = 3
 PARTIAL_SLOTS = 3

@@ -35,7 +35,7 @@ from gpu import storage as gpu_storage
 from gpu.storage import GpuStorage
 from reference.state import LiveState
 from tests.conformance._storage_helpers import random_tensor
-from tests.gpu.test_gpu_crosscheck import assert_bits
+from tests.gpu._crosscheck_helpers import assert_bits
 
 # --- a recorder standing in for CUDA streams ----------------------------------------------
 

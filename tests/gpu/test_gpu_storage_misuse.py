@@ -26,7 +26,7 @@ from reference.errors import (
 from reference.state import LiveState
 from reference.storage import ReferenceStorage
 from tests.conformance._storage_helpers import random_tensor
-from tests.gpu.test_gpu_crosscheck import Spec, Twin, assert_bits
+from tests.gpu._crosscheck_helpers import Spec, Twin, assert_bits
 
 # --- misuse that must change nothing -------------------------------------------------------
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine import SimConfig, run_simulation
-from sim.engine import scheduler as scheduler_module
+from sim.engine import engine_core as engine_core_module
 from sim.engine.metrics import SERIES_COLUMNS, Gauges, Metrics
 from sim.engine.result import SimResult, finite_json
 from sim.engine.series import (
@@ -174,7 +174,7 @@ def test_a_long_run_keeps_a_bounded_series_and_the_same_totals(
     )  # fmt: skip
     capped = _run(config, 120)
     monkeypatch.setattr(
-        scheduler_module, "Metrics", functools.partial(Metrics, max_series_rows=2**40)
+        engine_core_module, "Metrics", functools.partial(Metrics, max_series_rows=2**40)
     )
     whole = _run(config, 120)
     samples = whole.totals["series"]["samples"]

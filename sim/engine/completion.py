@@ -1,0 +1,189 @@
+"""A step's forward pass: its modeled duration, and what its end does.
+
+At the end of a step (:meth:`Completion._complete`) the backend computes each planned
+chunk and writes its captures (a failed write is aborted), the computed prompt blocks are
+registered for prefix sharing, decodes accept their speculative tokens and roll back the
+blocks of rejected ones, requests that produced their last token finish (caching their
+answer with ``cache_generated``), and the step's capture copy is issued.
+"""
+
+from __future__ import annotations
+
+from sim.engine.backends.base import Capture, DecodeStep
+from sim.engine.copy_stream import CopyStream
+from sim.engine.hits import block_digests
+from sim.engine.sequence import Phase, Seq
+from sim.engine.step_plan import StepPlan
+
+
+class Completion(CopyStream):
+    """The engine's step execution (a part of :class:`~sim.engine.scheduler.Engine`)."""
+
+    def _duration(self, plan: StepPlan) -> float:
+        """Modeled duration of the step's forward pass, seconds."""
+        costs, metrics = self.costs, self.metrics
+        flops = moved = step_tokens = 0
+        for chunk in plan.prefills.values():
+            work = costs.chunk_flops(chunk.start, chunk.end)
+            metrics.prefill_flops += work
+            flops += work
+            moved += costs.chunk_bytes(chunk.end)
+            step_tokens += chunk.end - chunk.start
+        decode = 0
+        for seq, tokens in plan.decodes.items():
+            decode += costs.decode_flops(seq.computed, tokens)
+            moved += costs.decode_bytes(seq.computed, tokens)
+            step_tokens += tokens
+        metrics.decode_flops += decode
+        duration = costs.step_s(flops + decode, moved, tokens=step_tokens)
+        metrics.compute_busy_s += duration
+        return duration
+
+    # --- completion -------------------------------------------------------------------
+
+    def _complete(self, plan: StepPlan, now_s: float, *, sample: bool = True) -> None:
+        """The step's forward pass ended at ``now_s``: write, register, advance, finish.
+
+        ``sample=False`` leaves a due series sample to the engine (see :meth:`_fuse`).
+        """
+        self._now = now_s
+        checker, metrics, backend = self.checker, self.metrics, self.backend
+        checker.step = plan.step
+        metrics.steps += 1
+        faults = self.config.faults
+        writes = self._step_writes = []
+        for seq, chunk in plan.prefills.items():
+            rid = seq.request_id
+            checker.request_id = rid
+            seq.ran = True
+            reservations = chunk.reservations
+            if reservations:
+                captures = [Capture(r.tokens, r.slot) for r in reservations]
+                written = backend.prefill(
+                    rid, seq.batch_slot, chunk.start, chunk.end, seq.blocks, captures
+                )
+                for reservation, ok in zip(reservations, written, strict=True):
+                    if not ok:
+                        metrics.captures_failed += 1
+                    if ok or faults.publish_failed_captures:
+                        writes.append(reservation)
+                    else:
+                        self._abort(reservation)
+            else:
+                backend.prefill(rid, seq.batch_slot, chunk.start, chunk.end, seq.blocks, ())
+            metrics.recomputed_tokens += chunk.end - chunk.start
+            seq.computed = chunk.end
+            self._register(seq)
+            if seq.computed == seq.prompt_len:
+                for mismatch in backend.prefill_done(rid, seq.batch_slot, seq.blocks):
+                    checker.on_mismatch(seq.hit_slot, mismatch)
+                seq.phase = Phase.DECODE
+                seq.generated = 1
+                metrics.decode_tokens += 1
+                if seq.first_token_s < 0:
+                    seq.first_token_s = now_s
+                    metrics.ttft_s.append(now_s - seq.arrival_s)
+                if seq.generated >= seq.output_tokens:
+                    self._finish(seq)
+        if plan.decodes:
+            self._advance_decodes(plan)
+        self._issue_captures()
+        checker.on_step_end()
+        if any(seq.phase is Phase.DONE for seq in self.running):
+            self.running = [seq for seq in self.running if seq.phase is not Phase.DONE]
+        used = self.pool.used_count()
+        metrics.observe_peaks(used, self._checkpoint_bytes)
+        if sample and metrics.due(now_s):
+            metrics.sample(now_s, plan.step, self.gauges())
+
+    def _advance_decodes(self, plan: StepPlan) -> None:
+        """Accept speculative tokens (seeded draws) and roll back the rejected ones."""
+        rng, acceptance = self._spec_rng, self.config.spec_acceptance
+        block, pool, metrics = self._block, self.pool, self.metrics
+        for seq, tokens in plan.decodes.items():
+            proposed = tokens - 1
+            accepted = 0
+            while accepted < proposed and rng.random() < acceptance:
+                accepted += 1
+            metrics.spec_proposed += proposed
+            metrics.spec_accepted += accepted
+            fed = seq.computed + 1 + accepted
+            self.backend.decode(
+                DecodeStep(seq.request_id, seq.batch_slot, seq.computed, fed, seq.blocks, proposed)
+            )
+            seq.computed = fed
+            seq.generated += 1 + accepted
+            metrics.decode_tokens += 1 + accepted
+            keep = -(-seq.computed // block)
+            if len(seq.blocks) > keep:
+                pool.release(seq.blocks[keep:])
+                del seq.blocks[keep:]
+            if seq.generated >= seq.output_tokens:
+                self._finish(seq)
+
+    def _register(self, seq: Seq) -> None:
+        """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
+        full = min(seq.computed, seq.prompt_len) // self._block
+        if full > seq.registered:
+            register, blocks, digests = self.pool.register, seq.blocks, seq.digests
+            for i in range(seq.registered, full):
+                register(blocks[i], digests[i])
+            seq.registered = full
+
+    def _finish(self, seq: Seq) -> None:
+        seq.phase = Phase.DONE
+        if self.alpha_tuner is not None:
+            self.alpha_tuner.on_finish(seq.index, seq.request)
+        if self._cache_generated:
+            self._cache_answer(seq)
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        self.backend.release(seq.request_id, seq.batch_slot)
+        self._free_batch.append(seq.batch_slot)
+        seq.batch_slot = -1
+        seq.hashed = None
+        seq.digests = ()
+        self.metrics.requests_finished += 1
+        self._leave(seq, self._now)
+
+    def _cache_answer(self, seq: Seq) -> None:
+        """Cache what finished ``seq`` computed of its answer (``cache_generated``).
+
+        The request holds KV and recurrent state for ``p = prompt + generated - 1``
+        tokens of its ``answer`` (the last generated token was sampled, never fed). Its
+        full blocks of ``[0, p)`` are registered by the answer's block digests, and the
+        state at ``p`` is captured into a reserved slot (partial page ``p mod B`` rows
+        included), written now and published when the step's capture copy completes,
+        like any capture. A request without an ``answer`` caches nothing.
+        """
+        answer = getattr(seq.request, "answer", None)
+        p = seq.computed
+        if answer is None or p > len(answer) or p < 1:
+            return
+        block, metrics = self._block, self.metrics
+        hashed = answer.hashed(self._namespace, self.config.unit)
+        full = min(p // block, len(seq.blocks))
+        if full > seq.registered:
+            digests = block_digests(hashed, full, self._units_per_block)
+            register, blocks = self.pool.register, seq.blocks
+            for i in range(seq.registered, full):
+                register(blocks[i], digests[i])
+            metrics.generated_blocks_registered += full - seq.registered
+            seq.registered = full
+        if p <= seq.prompt_len or not self.config.generated_state:
+            return  # nothing generated was fed, or only KV is kept of an answer
+        self.checker.request_id = seq.request_id
+        metrics.captures_planned += 1
+        outcome = self._reserve(hashed, p)
+        if outcome is None:
+            return
+        metrics.captures_generated += 1
+        ok = self.backend.capture_generated(
+            seq.request_id, seq.batch_slot, Capture(p, outcome.slot), seq.blocks
+        )
+        if not ok:
+            metrics.captures_failed += 1
+        if ok or self.config.faults.publish_failed_captures:
+            self._step_writes.append(outcome)
+        else:
+            self._abort(outcome)

@@ -1,0 +1,340 @@
+"""The engine's state and the bookkeeping every part of it shares.
+
+:class:`EngineCore` builds an engine (cost model, SimPy streams, KV pool — shared with
+checkpoints under unified memory —, index, placement, the backend wrapped by its fault
+injectors, queues, seeded random streams) and holds what the step logic of
+:class:`~sim.engine.scheduler.Engine` leans on:
+
+- the **arrivals** process: a request's arrival (or rejection), its departure, and with
+  closed-loop sessions the release of the turn it held back;
+- progress reports, the pool and queue gauges, evictions by reason;
+- **index bookkeeping**: reserving a checkpoint (its bytes, FLOPs and, with unified memory,
+  pages accounted), publishing, aborting, unpinning, evicting one for memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+
+import simpy
+
+from reference.api import AlreadyCached, EntryCost, Reservation
+from reference.errors import HyckptError, InvalidConfigError
+from reference.hashing import HashedPrompt
+from sim.engine.alpha_tuning import AlphaTuner
+from sim.engine.backends.base import Backend, EngineLayout
+from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
+from sim.engine.config import SimConfig
+from sim.engine.kv_pool import KVPool
+from sim.engine.lockstep import LockstepChecker, ObservedIndex
+from sim.engine.metrics import Gauges, Metrics
+from sim.engine.sequence import Phase, RequestLike, Seq
+from sim.engine.sessions import SessionGate
+from sim.engine.step_plan import ProcessGenerator
+from sim.engine.unified import SharedKVPool
+
+
+class EngineCore:
+    """An engine's state, arrivals and index bookkeeping (built like
+    :class:`~sim.engine.scheduler.Engine`, which adds the steps)."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: Iterable[RequestLike],
+        backend: Backend,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.costs = config.costs()
+        self.env = simpy.Environment()
+        self.compute = simpy.Resource(self.env, capacity=1)
+        self.copy = simpy.Resource(self.env, capacity=1)
+        self.metrics = Metrics(sample_interval_s=config.sample_interval_s)
+        self._now = 0.0
+        self.checker = LockstepChecker(clock=self._clock)
+        implementation = backend.implementation
+        self.capacity = config.checkpoint_capacity()
+        inner = implementation.make_index(
+            self.capacity,
+            eviction=config.eviction,
+            hash_unit=config.unit,
+            **config.eviction_params,
+        )
+        self.index = ObservedIndex(inner, self.checker)
+        self.alpha_tuner = AlphaTuner.for_run(config, inner)
+        self.placement = implementation.make_placement(
+            config.placement, **config.placement_arguments()
+        )
+        self._unified = config.memory == "unified"
+        if self._unified:
+            if not callable(getattr(inner, "evict_one", None)):
+                raise InvalidConfigError(
+                    f"memory='unified' needs an index with evict_one(reason) (the reference "
+                    f"index has it), to give a checkpoint's pages back before the index is "
+                    f"full; {implementation.name!r}'s index has none"
+                )
+            self._slot_pages = config.unified_slot_pages()
+            self._held_slots: set[int] = set()  # slots whose pages are withheld
+            self._shared_pool = SharedKVPool(
+                config.kv_capacity(),
+                config.block_size,
+                self._slot_pages,
+                self._evict_checkpoint_for_memory,
+            )
+            self._ledger = self._shared_pool.ledger
+            self.pool: KVPool = self._shared_pool
+        else:
+            self.pool = KVPool(config.kv_capacity(), config.block_size)
+        faults = config.faults
+        if faults.capture_failure_rate > 0:
+            backend = FailingCaptures(
+                backend,
+                faults.capture_failure_rate,
+                random.Random(f"hyckpt-sim:{config.seed}:capture-failures"),
+            )
+        if faults.broken_backend:
+            backend = DecliningBackend(backend)
+        self.backend = backend
+        backend.bind(
+            EngineLayout(
+                batch_slots=config.max_num_seqs,
+                kv_blocks=self.pool.num_blocks,
+                block_size=config.block_size,
+                first_slot=self.index.first_slot,
+                checkpoint_slots=self.capacity,
+                draft_head=self.costs.with_draft,
+            ),
+            self.checker,
+        )
+        self._spec_rng = random.Random(f"hyckpt-sim:{config.seed}:speculation")
+        self._fault_rng = random.Random(f"hyckpt-sim:{config.seed}:preemption")
+        self._requests = iter(requests)
+        self._progress = progress
+        self._progress_pending = 0
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self._free_batch = list(range(config.max_num_seqs - 1, -1, -1))
+        self._slot_bytes: dict[int, int] = {}
+        self._checkpoint_bytes = 0
+        self._source_next_s = math.inf  # the workload's next arrival time
+        self._source_done = False
+        self._gate = SessionGate() if config.closed_loop else None
+        self._releases: list[float] = []  # times of scheduled releases (a heap)
+        self._idle: simpy.Event | None = None
+        self.step = 0
+        self._block = config.block_size
+        self._units_per_block = config.block_size // config.unit
+        self._namespace = config.key_namespace
+        self._paged = self.costs.has_full_attention
+        self._max_tokens = self.pool.num_blocks * config.block_size
+        self._cache_generated = config.cache_generated
+        self._step_writes: list[Reservation] = []  # captures written in the current step
+
+    # --- running ----------------------------------------------------------------------
+
+    def _clock(self) -> float:
+        return self._now
+
+    @property
+    def _next_arrival_s(self) -> float:
+        """The next time a request arrives: from the workload or a released turn."""
+        releases = self._releases
+        if releases and releases[0] < self._source_next_s:
+            return releases[0]
+        return self._source_next_s
+
+    @property
+    def _arrivals_done(self) -> bool:
+        """No request will arrive any more."""
+        return (
+            self._source_done
+            and not self._releases
+            and (self._gate is None or self._gate.held == 0)
+        )
+
+    def gauges(self) -> Gauges:
+        """Current pool and queue state."""
+        return Gauges(
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_blocks_in_use=self.pool.used_count(),
+            kv_blocks_cached=self.pool.cached_count(),
+            checkpoint_slots_in_use=self.capacity - self.index.free_count(),
+            checkpoint_bytes_in_use=self._checkpoint_bytes,
+            evictions_checkpoint=sum(self.index.evictions.values()),
+            evictions_kv=sum(self.pool.evictions.values()),
+        )
+
+    def evictions(self) -> Counter[str]:
+        """Evictions by reason: ``checkpoint:<reason>`` and ``kv:<reason>``."""
+        counter: Counter[str] = Counter()
+        for reason, count in self.index.evictions.items():
+            counter[f"checkpoint:{reason}"] += count
+        for reason, count in self.pool.evictions.items():
+            counter[f"kv:{reason}"] += count
+        return counter
+
+    # --- arrivals and departures ------------------------------------------------------
+
+    def _arrivals(self) -> ProcessGenerator:
+        env, gate = self.env, self._gate
+        for index, request in enumerate(self._requests):
+            arrival = request.arrival_s
+            self._source_next_s = arrival
+            if arrival > env.now:
+                yield env.timeout(arrival - env.now)
+            if gate is None:
+                self._arrive(index, request, arrival)
+                continue
+            at_s = gate.on_source(index, request)
+            if at_s is None:
+                continue  # held until the session's previous turn leaves
+            if at_s > env.now:
+                self._release_at(index, request, at_s)
+            else:
+                self._arrive(index, request, at_s)
+        self._source_next_s = math.inf
+        self._source_done = True
+        self._wake()
+
+    def _release_at(self, index: int, request: RequestLike, at_s: float) -> None:
+        """Let ``request`` arrive at ``at_s`` (a closed-loop turn): a timeout whose callback
+        queues it (cheaper than a process per turn)."""
+        heapq.heappush(self._releases, at_s)
+        timeout = self.env.timeout(max(0.0, at_s - self.env.now))
+        timeout.callbacks.append(lambda _: self._release(index, request, at_s))
+
+    def _release(self, index: int, request: RequestLike, at_s: float) -> None:
+        heapq.heappop(self._releases)
+        self._arrive(index, request, at_s)
+
+    def _leave(self, seq: Seq, at_s: float) -> None:
+        """``seq`` left the engine (finished or rejected) at ``at_s``."""
+        self._count_done()
+        if self._gate is not None:
+            release = self._gate.on_leave(seq.request, at_s)
+            if release is not None:
+                self._release_at(release.index, release.request, release.at_s)
+
+    def _wake(self) -> None:
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _arrive(self, index: int, request: RequestLike, arrival_s: float) -> None:
+        seq = Seq(request, index, len(request.prompt), max(1, request.output_tokens))
+        seq.arrival_s = arrival_s
+        metrics = self.metrics
+        metrics.requests_arrived += 1
+        if metrics.first_arrival_s is None:
+            metrics.first_arrival_s = arrival_s
+        metrics.last_arrival_s = arrival_s
+        need = seq.prompt_len + seq.output_tokens + self.config.spec_tokens + self._block
+        if seq.prompt_len < 1 or need > self._max_tokens:
+            seq.phase = Phase.DONE
+            self.metrics.requests_rejected += 1
+            self._leave(seq, arrival_s)
+            self._wake()
+            return
+        self.waiting.append(seq)
+        metrics.waiting_at_last_arrival = queued = len(self.waiting)
+        if queued > metrics.peak_waiting:
+            metrics.peak_waiting = queued
+        self._wake()
+
+    def _count_done(self) -> None:
+        self._progress_pending += 1
+        self._flush_progress()
+
+    def _flush_progress(self, force: bool = False) -> None:
+        if self._progress is not None and (self._progress_pending >= 64 or force):
+            if self._progress_pending:
+                self._progress(self._progress_pending)
+            self._progress_pending = 0
+
+    # --- index helpers ----------------------------------------------------------------
+
+    def _reserve(self, hashed: HashedPrompt, position: int) -> Reservation | None:
+        """Reserve the checkpoint at ``position`` of ``hashed`` (its bytes, FLOPs and, with
+        unified memory, its pages accounted); the reservation, or ``None`` (already
+        cached, or no slot: counted)."""
+        metrics, costs = self.metrics, self.costs
+        size = costs.checkpoint_bytes(position)
+        outcome = self.index.reserve(
+            self._namespace,
+            hashed,
+            position,
+            cost=EntryCost(position, size, float(costs.prefill_flops(position))),
+        )
+        if isinstance(outcome, AlreadyCached):
+            metrics.captures_already_cached += 1
+            if self._unified and outcome.published:
+                self._ledger.touch(outcome.slot, self._shared_pool.tick())
+            return None
+        if not isinstance(outcome, Reservation):
+            metrics.captures_no_slot += 1
+            return None
+        slot = outcome.slot
+        if self._unified:
+            # The index evicted the slot's old entry itself (it was full), or took a
+            # free slot, whose pages must now come out of the shared budget.
+            if slot in self._held_slots:
+                self._ledger.dropped(slot)
+            elif self._shared_pool.make_fresh(self._slot_pages):
+                self._held_slots.add(slot)
+                self._shared_pool.withheld += self._slot_pages
+            else:
+                self.index.abort(outcome)
+                metrics.captures_no_slot += 1
+                return None
+        metrics.captures_reserved += 1
+        self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
+        self._slot_bytes[slot] = size
+        return outcome
+
+    def _evict_checkpoint_for_memory(self) -> bool:
+        """Unified memory: evict the index policy's victim to give its pages back."""
+        slot = self.index.evict_one("memory")
+        if slot is None:
+            return False
+        self._ledger.dropped(slot)
+        self._release_bytes(slot)
+        return True
+
+    def _publish(self, reservation: Reservation) -> None:
+        if self.index.publish(reservation):
+            self.metrics.captures_published += 1
+            if self._unified:
+                self._ledger.published(reservation.slot, self._shared_pool.tick())
+        else:
+            self.metrics.captures_cancelled += 1
+            self._release_bytes(reservation.slot)
+
+    def _abort(self, reservation: Reservation) -> None:
+        self.index.abort(reservation)
+        self.metrics.captures_aborted += 1
+        self._release_bytes(reservation.slot)
+
+    def _unpin(self, slot: int) -> None:
+        """Release a restore's pin. An implementation whose index lost the pin (it evicted
+        the slot while pinned) raises here; that is recorded, not fatal."""
+        if self._unified:
+            self._ledger.unpin(slot)
+        try:
+            self.index.unpin(slot)
+        except HyckptError as error:
+            self.checker.report(
+                "pinned-evicted", slot, f"unpin of slot {slot} failed: the pin was lost ({error})"
+            )
+
+    def _release_bytes(self, slot: int) -> None:
+        """``slot`` holds no checkpoint any more (aborted, cancelled, evicted for memory)."""
+        self._checkpoint_bytes -= self._slot_bytes.pop(slot, 0)
+        if self._unified and slot in self._held_slots:
+            self._held_slots.discard(slot)
+            self._shared_pool.withheld -= self._slot_pages

@@ -1,0 +1,254 @@
+"""Planning a step: decodes first, then prefill chunks, then admissions.
+
+:class:`Planning` fills a :class:`~sim.engine.step_plan.StepPlan` at the step's start
+(:meth:`Planning._schedule`): the tokens each decode verifies, the KV blocks each request
+grows by (preempting the youngest running requests when none are free), each admission's
+hybrid hit (:mod:`sim.engine.hits`) and pinned restore, and each chunk's checkpoints,
+reserved in the index in the placement policy's order (SEMANTICS H5).
+"""
+
+from __future__ import annotations
+
+from reference.api import PrefillChunk, Reservation
+from sim.engine.engine_core import EngineCore
+from sim.engine.hits import block_digests, reconcile
+from sim.engine.sequence import Phase, RequestLike, Seq
+from sim.engine.step_plan import StepPlan, _Chunk
+
+
+def _tokens(reservation: Reservation) -> int:
+    return reservation.tokens
+
+
+class Planning(EngineCore):
+    """The engine's step planning (a part of :class:`~sim.engine.scheduler.Engine`)."""
+
+    def _schedule(self) -> StepPlan:
+        """Plan the next step at the current time (decode, then prefill, then admit)."""
+        self.step += 1
+        self.checker.step = self.step
+        plan = StepPlan(self.step)
+        config = self.config
+        budget = config.token_budget
+        for seq in list(self.running):
+            if seq.phase is not Phase.DECODE:
+                continue
+            tokens = self._decode_tokens(seq)
+            if self._grow(seq, seq.computed + tokens, plan):
+                plan.decodes[seq] = tokens
+                budget -= tokens
+        for seq in list(self.running):
+            if budget <= 0:
+                break
+            if seq.phase is not Phase.PREFILL:
+                continue
+            end = min(seq.prompt_len, seq.computed + budget)
+            if self._grow(seq, end, plan):
+                self._plan_chunk(seq, seq.computed, end, plan)
+                budget -= end - seq.computed
+        while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
+            taken = self._admit(self.waiting[0], budget, plan)
+            if not taken:
+                break
+            budget -= taken
+        rate = config.faults.preempt_mid_prefill_rate
+        # Only a step with other work can lose a request this way: a step left empty
+        # would make no progress (at rate 1 a lone request would be preempted forever).
+        others = len(plan.prefills) + len(plan.decodes) - 1
+        if rate and plan.prefills and others and self._fault_rng.random() < rate:
+            victim = max(plan.prefills, key=lambda s: self.running.index(s))
+            self._preempt(victim, plan)
+        return plan
+
+    def _decode_tokens(self, seq: Seq) -> int:
+        """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""
+        return 1 + max(0, min(self.config.spec_tokens, seq.output_tokens - seq.generated - 1))
+
+    def _grow(self, seq: Seq, tokens: int, plan: StepPlan) -> bool:
+        """Give ``seq`` blocks for ``tokens`` tokens, preempting the youngest running
+        requests if needed; ``False`` when ``seq`` itself was preempted."""
+        need = -(-tokens // self._block) - len(seq.blocks)
+        if need <= 0:
+            return True
+        pool = self.pool
+        while not pool.can_allocate(need):
+            victim = self.running[-1]
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        blocks = pool.allocate(need)
+        assert blocks is not None
+        seq.blocks.extend(blocks)
+        return True
+
+    def _admit(self, seq: Seq, budget: int, plan: StepPlan) -> int:
+        """Admit the head of the queue if its first chunk fits; tokens scheduled (0 = not)."""
+        if not self._free_batch or not self.pool.free_count():
+            return 0
+        block, n = self._block, seq.prompt_len
+        request = seq.request
+        if seq.hashed is None:
+            seq.hashed = request.prompt.hashed(self._namespace, self.config.unit)
+            seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
+        self.checker.request_id = request.request_id
+        if seq.admissions == 0:
+            self._before_first_lookup(seq)
+        present = self.pool.match(seq.digests)
+        hit = reconcile(
+            self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
+        )
+        p = hit.tokens if hit is not None else 0
+        # Blocks of [0, p) still cached are shared. Without paged attention a hit is not
+        # limited by the KV pool (its blocks hold nothing the model reads), so some of
+        # them may have been reused since: those come fresh, like the chunk's.
+        shared = min(p // block, present)
+        end = min(n, p + budget)
+        if hit is not None and self._unified:
+            # The pages for the chunk may come from evicting checkpoints: not this one.
+            self.index.pin(hit.slot)
+            self._ledger.pin(hit.slot)
+        blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
+        if blocks is None:
+            if hit is not None and self._unified:
+                self._unpin(hit.slot)
+            return 0
+        self.waiting.popleft()
+        seq.batch_slot = self._free_batch.pop()
+        self.running.append(seq)
+        seq.phase = Phase.PREFILL
+        seq.blocks = blocks
+        seq.computed = p
+        seq.generated = 0
+        seq.registered = shared
+        seq.hit_tokens = p
+        seq.admissions += 1
+        metrics = self.metrics
+        if seq.admissions == 1:
+            metrics.requests_admitted += 1
+            metrics.prompt_tokens += n
+            if seq.after_warmup:
+                metrics.warm_requests += 1
+                metrics.warm_prompt_tokens += n
+        # The hit itself is counted when its restore is issued (_issue_restores).
+        branch = self._hints(request, "branch_points")
+        cached_end = present * block
+        if p < cached_end < n and cached_end not in branch:
+            branch = (*branch, cached_end)
+        seq.branch_points = branch
+        self.backend.start(request, seq.batch_slot)
+        if hit is not None:
+            seq.hit_slot = hit.slot
+            if self._unified:  # pinned above
+                self._ledger.touch(hit.slot, self._shared_pool.tick())
+            else:
+                self.index.pin(hit.slot)
+            plan.restores.append(seq)
+        else:
+            seq.hit_slot = -1
+        self._plan_chunk(seq, p, end, plan)
+        return end - p
+
+    def _before_first_lookup(self, seq: Seq) -> None:
+        """``seq`` is about to look up for the first time: tell the alpha tuner how many
+        requests came before it while the cache had not yet evicted, and mark ``seq`` as
+        counting after warm-up — from the first request admitted once the cache has
+        evicted to make room (it is full), or after ``warmup_requests`` admitted requests
+        when that is set. The eviction count is read only while one of them needs it."""
+        metrics, tuner = self.metrics, self.alpha_tuner
+        tuning = tuner is not None and tuner.requests_before_first_eviction is None
+        if metrics.warm_from_request is not None and not tuning:
+            seq.after_warmup = True
+            return
+        evictions = self._cache_evictions()
+        if tuning:
+            assert tuner is not None
+            tuner.before_lookup(metrics.requests_admitted, evictions)
+        if metrics.warm_from_request is None:
+            limit = self.config.warmup_requests
+            full = evictions > 0 if limit is None else metrics.requests_admitted >= limit
+            if not full:
+                return
+            metrics.warm_from_request = seq.index
+        seq.after_warmup = True
+
+    def _cache_evictions(self) -> int:
+        """Entries the cache has evicted to make room: checkpoints, and with unified
+        memory cached KV blocks too (invalidations are not evictions)."""
+        evictions = self.index.evictions
+        count = evictions["capacity"] + evictions["memory"]
+        if self._unified:
+            count += sum(self.pool.evictions.values())
+        return count
+
+    def _plan_chunk(self, seq: Seq, start: int, end: int, plan: StepPlan) -> None:
+        """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it."""
+        request = seq.request
+        chunk = PrefillChunk(
+            start=start,
+            end=end,
+            prompt_len=seq.prompt_len,
+            turn_starts=self._hints(request, "turn_starts"),
+            branch_points=seq.branch_points,
+        )
+        reservations: list[Reservation] = []
+        positions = self.placement.positions(chunk)
+        if positions:
+            self.checker.request_id = request.request_id
+            metrics = self.metrics
+            assert seq.hashed is not None
+            # SEMANTICS H5. The request's own branch points first (the workload's prefix
+            # tree: other prompts share the prefix up to them), then the rest, each group
+            # longest first (a longer prompt of the same conversation can use it). A
+            # branch point may always evict; any other position only while nothing of
+            # this chunk is reserved, else it takes free memory or is skipped: a chunk's
+            # other checkpoints never flush the cache.
+            unit = self.config.unit
+            hints = self._hints(request, "branch_points")
+            shared = {point // unit * unit for point in hints}
+            for position in sorted(positions, key=lambda p: (p not in shared, -p)):
+                metrics.captures_planned += 1
+                if reservations and position not in shared and not self._room_without_eviction():
+                    metrics.captures_skipped_full += 1
+                    continue
+                outcome = self._reserve(seq.hashed, position)
+                if outcome is not None:
+                    reservations.append(outcome)
+            reservations.sort(key=_tokens)  # ascending: the order the backend computes them
+        plan.prefills[seq] = _Chunk(start, end, reservations)
+
+    def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
+        """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
+        nothing when the engine is not told the workload's structure."""
+        if not self.config.workload_hints:
+            return ()
+        return tuple(getattr(request, name, ()))
+
+    def _room_without_eviction(self) -> bool:
+        """A checkpoint can be reserved without evicting anything."""
+        if not self.index.free_count():
+            return False
+        return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
+
+    def _preempt(self, seq: Seq, plan: StepPlan) -> None:
+        """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
+        self.metrics.preemptions += 1
+        self.metrics.discarded_decode_tokens += seq.generated  # decoded again after resuming
+        chunk = plan.prefills.pop(seq, None)
+        if chunk is not None and not self.config.faults.skip_abort_on_preempt:
+            self.checker.request_id = seq.request_id
+            for reservation in chunk.reservations:
+                self._abort(reservation)
+        plan.decodes.pop(seq, None)
+        if seq in plan.restores:
+            plan.restores.remove(seq)
+            self._unpin(seq.hit_slot)
+        self.running.remove(seq)
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        self.backend.release(seq.request_id, seq.batch_slot)
+        self._free_batch.append(seq.batch_slot)
+        seq.batch_slot = -1
+        seq.phase = Phase.WAITING
+        seq.computed = seq.generated = seq.registered = seq.hit_tokens = 0
+        seq.hit_slot = -1
+        self.waiting.appendleft(seq)

@@ -1,0 +1,54 @@
+"""What one engine step computes: :class:`StepPlan` and its prefill chunks.
+
+Planned at a step's start (:mod:`sim.engine.planning`), read by the step's restores
+(:mod:`sim.engine.copy_stream`), duration and completion (:mod:`sim.engine.completion`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from reference.api import Reservation
+from sim.engine.sequence import Seq
+
+ProcessGenerator = Generator[simpy.Event, Any, None]
+
+
+@dataclass(eq=False, slots=True)
+class _Chunk:
+    """A prefill chunk ``[start, end)`` planned for a step, with its reservations."""
+
+    start: int
+    end: int
+    reservations: list[Reservation]
+
+
+@dataclass(eq=False)
+class StepPlan:
+    """What one step computes.
+
+    Attributes:
+        step: the step number (1-based).
+        decodes: request → tokens it verifies this step (1 + speculative).
+        prefills: request → its chunk.
+        restores: requests admitted this step with a hit (restore issued after planning).
+        restore_done: triggered when the step's restore job completed.
+    """
+
+    step: int
+    decodes: dict[Seq, int] = field(default_factory=dict)
+    prefills: dict[Seq, _Chunk] = field(default_factory=dict)
+    restores: list[Seq] = field(default_factory=list)
+    restore_done: simpy.Event | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+    @property
+    def decode_only(self) -> bool:
+        return not self.prefills and not self.restores
