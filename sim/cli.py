@@ -13,6 +13,7 @@
     hyckpt replay [...]         cache-only replay, same options (sim.engine.replay)
     hyckpt bench sim [...]      shadow simulation throughput (sim.bench.sim_bench)
     hyckpt bench replay [...]   cache-only replay throughput (sim.bench.replay_bench)
+    hyckpt bench tensor [...]   real-tensor backend throughput (sim.bench.tensor_bench)
     hyckpt sweep SCENARIO [...] sweep axes x seeds, save results, build report (sim.sweep)
     hyckpt report DIR           rebuild figures and summary.md from DIR/results (sim.report)
     hyckpt crosscheck SCENARIO  reference vs gpu backend, captures bitwise (sim.crosscheck)
@@ -45,6 +46,7 @@ BENCH_INDEX_MODULE = "sim.bench.index_bench"
 BENCH_GPU_MODULE = "sim.bench.gpu_bench"
 BENCH_SIM_MODULE = "sim.bench.sim_bench"
 BENCH_REPLAY_MODULE = "sim.bench.replay_bench"
+BENCH_TENSOR_MODULE = "sim.bench.tensor_bench"
 
 
 def version() -> str:
@@ -136,6 +138,10 @@ def _run_bench_sim(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 def _run_bench_replay(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return _run_bench(BENCH_REPLAY_MODULE, "replay", "the replay benchmark", extra)
+
+
+def _run_bench_tensor(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _run_bench(BENCH_TENSOR_MODULE, "tensor", "the tensor backend benchmark", extra)
 
 
 def _run_bench_index(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -382,6 +388,11 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         help="cache-only replay throughput, against the timed engine in the same run",
         add_help=False,
     ).set_defaults(handler=_run_bench_replay, accepts_extra=True)
+    benches.add_parser(
+        "tensor",
+        help="real-tensor backend throughput, against the row-at-a-time path in the same run",
+        add_help=False,
+    ).set_defaults(handler=_run_bench_tensor, accepts_extra=True)
     return parser
 
 

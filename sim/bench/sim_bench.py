@@ -23,18 +23,18 @@ any bit. ``--no-baseline`` skips it. The last line printed is::
 from __future__ import annotations
 
 import argparse
-import cProfile
 import dataclasses
 import sys
 from typing import TextIO
 
+from sim.bench.profiling import profiled
 from sim.engine.command import progress_bar
 from sim.engine.config import SimConfig
 from sim.engine.metrics import shown_rate
 from sim.engine.result import SimResult
 from sim.engine.run import run_simulation
 from sim.engine.sources import WORKLOAD_NAMES, build_workload
-from sim.outputs import OutputPathError, check_output_file
+from sim.outputs import check_output_file
 from sim.progress import add_progress_arguments, show_progress
 
 DEFAULT_REQUESTS = 3000
@@ -64,18 +64,9 @@ def _run(
     args: argparse.Namespace, config: SimConfig, label: str, profile: str | None = None
 ) -> SimResult:
     make_requests, description = build_workload(args.workload, args.requests, args.seed)
-    profiler = cProfile.Profile() if profile else None
-    with progress_bar(args.requests, show_progress(args), f"bench sim ({label})") as progress:
-        if profiler is not None:
-            profiler.enable()
-        result = run_simulation(config, make_requests(), workload=description, progress=progress)
-        if profiler is not None and profile is not None:
-            profiler.disable()
-            try:
-                profiler.dump_stats(profile)
-            except OSError as error:
-                raise OutputPathError(profile, error.strerror or str(error)) from None
-    return result
+    bar = progress_bar(args.requests, show_progress(args), f"bench sim ({label})")
+    with bar as progress, profiled(profile):
+        return run_simulation(config, make_requests(), workload=description, progress=progress)
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -54,7 +54,16 @@ its draft page). The next turn's restore of it is compared with a scratch prefil
 every restore, so a checkpoint that does not hold the state after exactly ``p`` tokens
 (a wrong last position, a wrong rollback) is a ``restore-mismatch``.
 
-Small workloads only: the canonical path costs about a millisecond per token.
+**Speed** (issue 23 item 7): the model runs the canonical path evaluated block by block
+(:class:`reference.model.fast.BlockwiseHybrid`: several tokens of a call per operation
+wherever that gives each token its own call's bits; bitwise :class:`TinyHybrid`), and the
+scratch prefills share the prefixes they have in common
+(:mod:`sim.engine.backends.tensor_scratch`: bitwise a prefill from token 0). A backend
+built inside :func:`row_at_a_time` runs the path from before instead: the fold of
+single-token steps and every scratch prefill from token 0 — the baseline of ``hyckpt
+bench tensor``, which checks that both give the same run.
+
+Small workloads only: a token costs about 0.1 ms (the row-at-a-time path, 1 to 2 ms).
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ from reference.errors import (
     InvalidTokenCountError,
 )
 from reference.model import HybridConfig, TinyHybrid
+from reference.model.fast import BlockwiseHybrid
 from reference.model.hybrid import PrefillResult
 from reference.state import LiveState
 from sim.engine.backends.base import (
@@ -98,6 +108,7 @@ from sim.engine.backends.tensor_draft import (
     restore_draft_parts,
 )
 from sim.engine.backends.tensor_records import RequestTensors, TensorCounts
+from sim.engine.backends.tensor_scratch import ScratchPrefills
 
 #: The tiny model every real-tensor run uses unless told otherwise.
 DEFAULT_MODEL = HybridConfig()
@@ -105,6 +116,26 @@ DEFAULT_MODEL = HybridConfig()
 #: Called after every capture a real-tensor backend wrote: ``(backend, request_id, capture)``.
 CaptureHook = Callable[["TensorBackend", str, Capture], None]
 _CAPTURE_HOOKS: ContextVar[tuple[CaptureHook, ...]] = ContextVar("capture_hooks", default=())
+
+
+_ROW_AT_A_TIME: ContextVar[bool] = ContextVar("row_at_a_time", default=False)
+
+#: ``TensorBackend.path`` of the default path and of the one :func:`row_at_a_time` selects.
+BLOCK_BY_BLOCK = "block-by-block"
+ROW_AT_A_TIME = "row-at-a-time"
+
+
+@contextmanager
+def row_at_a_time() -> Iterator[None]:
+    """Every :class:`TensorBackend` built inside the block (unless given ``fast``) runs
+    the row-at-a-time path: the canonical fold of single-token steps
+    (:meth:`TinyHybrid.prefill`, :meth:`TinyHybrid.speculate`) and every scratch prefill
+    from token 0. ``hyckpt bench tensor`` runs it as its baseline."""
+    token = _ROW_AT_A_TIME.set(True)
+    try:
+        yield
+    finally:
+        _ROW_AT_A_TIME.reset(token)
 
 
 @contextmanager
@@ -131,10 +162,18 @@ class TensorBackend:
             weights do not depend on it.
         check_exactness: compare every restored request with a scratch prefill.
         habits: the buffer habits of real engines to play (none by default).
+        fast: compute block by block (the model is a
+            :class:`~reference.model.fast.BlockwiseHybrid`) and share scratch prefixes
+            (the module docstring, "Speed"); ``False``: the row-at-a-time path (a
+            :class:`~reference.model.TinyHybrid`). Default: ``True``, but ``False`` inside
+            :func:`row_at_a_time`. Both give the same bits.
 
     Attributes:
         checks: restored requests compared with a scratch prefill.
         counts: what the backend did (:class:`~sim.engine.backends.tensor_records.TensorCounts`).
+        path: :data:`BLOCK_BY_BLOCK` or :data:`ROW_AT_A_TIME`.
+        scratch: the shared scratch prefills (``None`` on the row-at-a-time path, and
+            before :meth:`bind`).
 
     Raises:
         CapabilityMissingError: the implementation has no storage.
@@ -150,6 +189,7 @@ class TensorBackend:
         model: HybridConfig = DEFAULT_MODEL,
         check_exactness: bool = True,
         habits: BufferHabits = CLEAN,
+        fast: bool | None = None,
     ) -> None:
         if implementation.make_storage is None:
             raise CapabilityMissingError(
@@ -158,9 +198,12 @@ class TensorBackend:
             )
         self.name = name
         self.implementation = implementation
-        self.model = TinyHybrid(model)
+        self.fast = not _ROW_AT_A_TIME.get() if fast is None else fast
+        self.path = BLOCK_BY_BLOCK if self.fast else ROW_AT_A_TIME
+        self.model = (BlockwiseHybrid if self.fast else TinyHybrid)(model)
         self.check_exactness = check_exactness
         self.habits = habits
+        self.scratch: ScratchPrefills | None = None
         self.checks = 0
         self.counts = TensorCounts()
         self._requests: dict[str, RequestTensors] = {}
@@ -194,7 +237,7 @@ class TensorBackend:
         assert self.implementation.make_storage is not None
         model = self.model
         if layout.draft_head and model.draft is None:
-            model = TinyHybrid(dataclasses.replace(model.config, draft_head=True))
+            model = type(model)(dataclasses.replace(model.config, draft_head=True))
         if model.draft is not None:
             missing = sorted(DRAFT_CAPABILITIES - self.implementation.capabilities)
             if missing:
@@ -221,6 +264,7 @@ class TensorBackend:
             reallocate(self._live, self.habits)
         make_exporter = self.implementation.make_exporter
         self._exporter = None if make_exporter is None else make_exporter()
+        self.scratch = ScratchPrefills(self.model, layout.block_size) if self.fast else None
 
     def _parts(self) -> tuple[LiveState, SnapshotStorage, WriteObserver]:
         if self._live is None or self._storage is None or self._observer is None:
@@ -394,7 +438,14 @@ class TensorBackend:
         self.counts.partial_restores_checked += bool(p % self._block)
         self.counts.generated_restores_checked += data.restored_generated
         found += scratch_mismatches(
-            self.model, live, data, request_id, batch_slot, data.table(block_table), self._block
+            self.model,
+            live,
+            data,
+            request_id,
+            batch_slot,
+            data.table(block_table),
+            self._block,
+            shared=self.scratch,
         )
         data.logits = []
         return found
@@ -447,7 +498,15 @@ class TensorBackend:
         data = self._requests[request_id]
         table = data.table(block_table)
         return scratch_mismatches(
-            self.model, live, data, request_id, batch_slot, table, self._block, logits=False
+            self.model,
+            live,
+            data,
+            request_id,
+            batch_slot,
+            table,
+            self._block,
+            logits=False,
+            shared=self.scratch,
         )
 
     def written_after_decode(self, slot: int) -> bool:

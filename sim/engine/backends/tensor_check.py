@@ -18,13 +18,15 @@ import torch
 from reference.model import TinyHybrid
 from reference.state import LiveState
 from sim.engine.backends.tensor_records import RequestTensors
+from sim.engine.backends.tensor_scratch import ScratchPrefills
 
 
 def _rows(pages: torch.Tensor, table: Sequence[int], count: int) -> torch.Tensor:
     """Rows ``[0, count)`` of one sequence from ``pages [num_pages, B, kv_heads, head_dim]``:
-    ``[count, kv_heads, head_dim]``."""
+    ``[count, kv_heads, head_dim]`` (a copy)."""
     block = pages.shape[1]
-    return torch.stack([pages[table[t // block], t % block] for t in range(count)])
+    positions = torch.arange(count)
+    return pages[torch.tensor(list(table), dtype=torch.long)[positions // block], positions % block]
 
 
 def scratch_mismatches(
@@ -37,6 +39,7 @@ def scratch_mismatches(
     block: int,
     *,
     logits: bool = True,
+    shared: ScratchPrefills | None = None,
 ) -> list[str]:
     """Every way the request's live state differs from a scratch prefill; empty when exact.
 
@@ -45,13 +48,22 @@ def scratch_mismatches(
         block: tokens per page ``B``.
         logits: also compare the logits computed since the restore (``data.logits``,
             rows ``[restored_at, m)``); for a request whose prompt was just computed.
+        shared: run the scratch prefill there, from the longest prefix an earlier one
+            computed (:mod:`~sim.engine.backends.tensor_scratch`, bitwise the same);
+            ``None``: a canonical prefill from token 0 (the row-at-a-time path).
     """
     p, tokens = data.restored_at, data.sequence()
     n = len(tokens)
     pages = -(-n // block)
-    scratch = model.new_state(1, pages, block)
     following = data.successor(n - 1) if model.draft is not None else None
-    expected = model.prefill(scratch, 0, list(range(pages)), tokens, 0, next_token=following)
+    if shared is None:
+        scratch = model.new_state(1, pages, block)
+        expected_logits = model.prefill(
+            scratch, 0, list(range(pages)), tokens, 0, next_token=following
+        ).logits
+    else:
+        kept = shared.prefill(tokens, following)
+        scratch, expected_logits = kept.state, kept.logits
     if p:
         where = f"request {request_id} restored at {p} from slot {data.restored_slot}"
     else:
@@ -60,8 +72,8 @@ def scratch_mismatches(
         where += f", after decoding to {n} tokens"
     found = []
     if logits:
-        computed = torch.cat(data.logits) if data.logits else expected.logits[:0]
-        if not torch.equal(computed, expected.logits[p:]):
+        computed = torch.cat(data.logits) if data.logits else expected_logits[:0]
+        if not torch.equal(computed, expected_logits[p:]):
             found.append(f"logits of [{p}, {n}) differ ({where})")
     for name, tensor in live.recurrent.items():
         if not torch.equal(tensor[batch_slot], scratch.recurrent[name][0]):
