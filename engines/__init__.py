@@ -1,0 +1,10 @@
+"""Adapters that put real serving engines' own code under the conformance suite.
+
+Not installed with the package (``pyproject.toml`` packages only ``reference``, ``gpu`` and
+``sim``) and never imported by the project's own code: run from the repository root, where
+``python -m pytest`` puts this folder's parent on ``sys.path``. Each adapter imports its
+engine lazily and, when the engine is not installed, fails to load with
+:class:`~reference.errors.ImplementationLoadError` saying how to install it
+(``scripts/engine-venv.sh``). docs/CONFORMANCE.md "Real engines: vLLM 0.33" lists what
+each passes and fails.
+"""

@@ -1,0 +1,209 @@
+"""vLLM 0.33's own placement functions as a hyckpt implementation (``--impl``).
+
+``engines.vllm_adapter:implementation`` drives, without a GPU:
+
+* ``vllm-align``: ``vllm.model_executor.layers.mamba.checkpoint.compute_mamba_prefill_checkpoints``,
+  the function vLLM's Mamba backends and scheduler share to place the align-mode prefill
+  checkpoint of each batch row (one row per chunk here);
+* ``vllm-retention``: ``MambaManager.reachable_block_mask``
+  (``vllm/v1/core/single_type_kv_cache_manager.py``) over
+  ``replay_boundaries`` (``vllm/v1/core/kv_cache_coordinator.py``), the sparse Mamba
+  prefix-cache retention ``SingleTypeKVCacheManager.cache_blocks`` applies when a chunk's
+  blocks are cached. The chunk's branch points stand for ``request.shared_prefix_boundary``
+  (vLLM has one per request; every one is passed).
+
+What is the adapter's, not vLLM's: the parameters are checked by the reference's
+``make_placement`` (vLLM takes them from ``CacheConfig``/``VllmConfig``, which validate other
+things in another shape), and unknown names raise ``UnknownPolicyError``. No index,
+storage or exporter is provided: ``make_index`` raises ``CapabilityMissingError``, so run
+only the placement files (docs/CONFORMANCE.md).
+
+Run in the venv ``scripts/engine-venv.sh`` builds::
+
+    .venv-engines/bin/python -m pytest tests/conformance/test_placement.py \
+        tests/conformance/test_placement_engines.py --impl engines.vllm_adapter:implementation
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from reference import placement as ref
+from reference.api import CheckpointIndex, Implementation, PlacementPolicy, PrefillChunk
+from reference.errors import CapabilityMissingError, ImplementationLoadError, UnknownPolicyError
+
+#: The release these adapters were written against (signatures read from its wheel).
+VLLM_VERSION = "0.33"
+INSTALL_HINT = (
+    "build the engine venv with `bash scripts/engine-venv.sh` and run pytest with "
+    "`.venv-engines/bin/python -m pytest ...` (docs/CONFORMANCE.md, 'Real engines: vLLM 0.33')"
+)
+POLICIES = ("vllm-align", "vllm-retention")
+
+
+@dataclass(frozen=True)
+class _Vllm:
+    """The vLLM entry points the adapters call, imported once by :func:`load_vllm`."""
+
+    version: str
+    compute_mamba_prefill_checkpoints: Any
+    replay_boundaries: Any
+    mamba_manager: Any
+    mamba_spec: Any
+    torch_float32: Any
+
+
+_cache: dict[str, _Vllm] = {}
+
+
+def load_vllm() -> _Vllm:
+    """Import vLLM's placement code; raise ImplementationLoadError when it is absent."""
+    if "vllm" in _cache:
+        return _cache["vllm"]
+    try:
+        vllm = importlib.import_module("vllm")
+    except ImportError as error:
+        raise ImplementationLoadError(
+            f"the vLLM adapter needs vllm {VLLM_VERSION} importable ({error}); {INSTALL_HINT}"
+        ) from error
+    version = str(getattr(vllm, "__version__", "unknown"))
+    if not version.startswith(VLLM_VERSION + "."):
+        raise ImplementationLoadError(
+            f"the vLLM adapter is written against vllm {VLLM_VERSION}.x, found {version}; "
+            f"{INSTALL_HINT}"
+        )
+    try:
+        checkpoint = importlib.import_module("vllm.model_executor.layers.mamba.checkpoint")
+        coordinator = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+        managers = importlib.import_module("vllm.v1.core.single_type_kv_cache_manager")
+        interface = importlib.import_module("vllm.v1.kv_cache_interface")
+        torch = importlib.import_module("torch")
+    except ImportError as error:
+        raise ImplementationLoadError(
+            f"vllm {version} is installed but its placement code cannot be imported "
+            f"({error}); {INSTALL_HINT}"
+        ) from error
+    loaded = _Vllm(
+        version=version,
+        compute_mamba_prefill_checkpoints=checkpoint.compute_mamba_prefill_checkpoints,
+        replay_boundaries=coordinator.replay_boundaries,
+        mamba_manager=managers.MambaManager,
+        mamba_spec=interface.MambaSpec,
+        torch_float32=torch.float32,
+    )
+    _cache["vllm"] = loaded
+    return loaded
+
+
+@dataclass(frozen=True)
+class VllmAlignDriver:
+    """``vllm-align`` through ``compute_mamba_prefill_checkpoints`` (one row per chunk)."""
+
+    name = "vllm-align"
+
+    spec: ref.VllmAlign
+    vllm: _Vllm = field(repr=False)
+
+    def positions(self, chunk: PrefillChunk) -> tuple[int, ...]:
+        s = self.spec
+        offsets, cols = self.vllm.compute_mamba_prefill_checkpoints(
+            [chunk.end],
+            [chunk.query_len],
+            hash_block_size=s.hash_unit,
+            mamba_block_size=s.block_size,
+            checkpoint_alignment=s.alignment,
+            drop_eagle_block=s.drop_draft_block,
+            cache_hit_alignment_tokens=s.hit_unit,
+            num_hash_lookahead_tokens=s.lookahead,
+        )
+        # vLLM: offset 0 and column -1 mean the row holds no checkpoint.
+        return (chunk.start + int(offsets[0]),) if int(cols[0]) >= 0 else ()
+
+
+@dataclass(frozen=True)
+class VllmRetentionDriver:
+    """``vllm-retention`` through ``MambaManager.reachable_block_mask``.
+
+    A Mamba block of ``hash_unit`` tokens (align mode: ``mamba_block_size`` = the hash
+    block size = the cache-hit alignment); block ``i`` holds the state after
+    ``(i + 1) * hash_unit`` tokens. A chunk ``[start, end)`` caches blocks
+    ``[start // B, end // B)``, as ``cache_blocks`` does when the chunks are cached in
+    order (``num_cached_block`` .. ``num_full_blocks``).
+    """
+
+    name = "vllm-retention"
+
+    spec: ref.VllmRetention
+    vllm: _Vllm = field(repr=False)
+
+    def positions(self, chunk: PrefillChunk) -> tuple[int, ...]:
+        block = self.spec.hash_unit
+        start_block, end_block = chunk.start // block, chunk.end // block
+        if end_block <= start_block:
+            return ()
+        kv_spec = self.vllm.mamba_spec(
+            block_size=block,
+            shapes=((1,),),
+            dtypes=(self.vllm.torch_float32,),
+            mamba_cache_mode="align",
+        )
+        boundaries = [*self.vllm.replay_boundaries(chunk.prompt_len, block, False)]
+        boundaries.extend(b for b in chunk.branch_points if b)
+        mask = self.vllm.mamba_manager.reachable_block_mask(
+            start_block=start_block,
+            end_block=end_block,
+            alignment_tokens=block,
+            kv_cache_spec=kv_spec,
+            use_eagle=False,
+            retention_interval=self.spec.retention_interval,
+            reachable_boundaries=boundaries,
+        )
+        blocks = range(start_block, end_block)
+        kept = blocks if mask is None else [i for i, keep in zip(blocks, mask, strict=True) if keep]
+        return tuple(p for p in ((i + 1) * block for i in kept) if chunk.start < p <= chunk.end)
+
+
+def make_placement(name: str, **params: Any) -> PlacementPolicy:
+    """Build a policy whose positions come from vLLM's code (parameters checked by
+    ``reference.placement.make_placement``)."""
+    vllm = load_vllm()
+    if name in POLICIES:
+        # The reference's registry checks the parameters (missing, unknown, out of range)
+        # and raises InvalidConfigError; the positions come from vLLM's code.
+        spec = ref.make_placement(name, **params)
+        if isinstance(spec, ref.VllmAlign):
+            return VllmAlignDriver(spec, vllm)
+        if isinstance(spec, ref.VllmRetention):
+            return VllmRetentionDriver(spec, vllm)
+    near = difflib.get_close_matches(str(name), POLICIES, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise UnknownPolicyError(
+        f"unknown placement policy {name!r}: the vLLM adapter drives {', '.join(POLICIES)}{hint}"
+    )
+
+
+def make_index(capacity: int, **options: Any) -> CheckpointIndex:
+    """Not written yet: vLLM's ``KVCacheManager``/``BlockPool`` are not adapted."""
+    _refuse_index()
+
+
+def _refuse_index() -> NoReturn:
+    raise CapabilityMissingError(
+        "the vLLM adapter drives placement only; an index over vLLM's KVCacheManager/BlockPool "
+        "is not written (docs/CONFORMANCE.md, 'Real engines: vLLM 0.33')"
+    )
+
+
+def implementation() -> Implementation:
+    """The vLLM 0.33 adapter; ImplementationLoadError when vllm cannot be imported."""
+    vllm = load_vllm()
+    return Implementation(
+        name=f"vllm-{vllm.version}",
+        make_placement=make_placement,
+        make_index=make_index,
+        placement_policies=frozenset(POLICIES),
+        eviction_policies=frozenset(),
+    )
