@@ -125,9 +125,8 @@ class Completion(CopyStream):
         """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
         full = min(seq.computed, seq.prompt_len) // self._block
         if full > seq.registered:
-            register, blocks, digests = self.pool.register, seq.blocks, seq.digests
-            for i in range(seq.registered, full):
-                register(blocks[i], digests[i])
+            start = seq.registered
+            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full])
             seq.registered = full
 
     def _finish(self, seq: Seq) -> None:
@@ -165,9 +164,8 @@ class Completion(CopyStream):
         full = min(p // block, len(seq.blocks))
         if full > seq.registered:
             digests = block_digests(hashed, full, self._units_per_block)
-            register, blocks = self.pool.register, seq.blocks
-            for i in range(seq.registered, full):
-                register(blocks[i], digests[i])
+            start = seq.registered
+            self.pool.register_many(seq.blocks[start:full], digests[start:full])
             metrics.generated_blocks_registered += full - seq.registered
             seq.registered = full
         if p <= seq.prompt_len or not self.config.generated_state:

@@ -18,13 +18,16 @@ Blocks are ``B`` tokens of paged KV for every full-attention layer; ids are
 - :meth:`KVPool.release` returns a sequence's blocks last-first, so that its tail is
   reused before its head (as vLLM does).
 
-Everything is O(1) per block; nothing is O(pool).
+Everything is O(1) per block; nothing is O(pool). :meth:`KVPool.register_many` is
+:meth:`KVPool.register` over a run of blocks in one loop (tests/sim/test_sim_kv_pool.py
+checks the two against each other).
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
+from itertools import takewhile
 
 from reference.errors import InvalidConfigError, SlotStateError
 
@@ -90,11 +93,7 @@ class KVPool:
 
     def match(self, digests: Iterable[bytes]) -> int:
         """Number of leading ``digests`` registered: the contiguous cached prefix, in blocks."""
-        present = list(map(self._by_digest.__contains__, digests))
-        try:
-            return present.index(False)
-        except ValueError:
-            return len(present)
+        return len(list(takewhile(self._by_digest.__contains__, digests)))
 
     # --- changes ---------------------------------------------------------------------
 
@@ -109,7 +108,7 @@ class KVPool:
         """
         table = self._by_digest
         try:
-            blocks = [table[digest] for digest in digests]
+            blocks = list(map(table.__getitem__, digests))
         except KeyError:
             raise SlotStateError(
                 "KVPool.acquire: a digest is not registered; match() first and acquire "
@@ -138,7 +137,7 @@ class KVPool:
         """
         table, ref = self._by_digest, self._ref
         try:
-            shared = [table[digest] for digest in digests]
+            shared = list(map(table.__getitem__, digests))
         except KeyError:
             raise SlotStateError(
                 "KVPool.admit: a digest is not registered; share only a matched prefix"
@@ -196,6 +195,29 @@ class KVPool:
         self._by_digest[digest] = block
         self._digest[block] = digest
         return True
+
+    def register_many(self, blocks: Iterable[int], digests: Iterable[bytes]) -> int:
+        """:meth:`register` each block of ``blocks`` under the digest at the same place in
+        ``digests``, in order (as many pairs as the shorter has), in one loop; returns how
+        many were registered.
+
+        Raises:
+            SlotStateError: a block is not held by anyone (the pairs before it are
+                registered, as with one :meth:`register` call each).
+        """
+        ref, table, digest_of = self._ref, self._by_digest, self._digest
+        registered = 0
+        for block, digest in zip(blocks, digests, strict=False):
+            if ref[block] == 0:
+                raise SlotStateError(
+                    f"KVPool.register: block {block} is free; register held blocks"
+                )
+            if digest in table or digest_of[block] is not None:
+                continue
+            table[digest] = block
+            digest_of[block] = digest
+            registered += 1
+        return registered
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference to each of ``blocks`` (a sequence's table), last block first.

@@ -247,3 +247,52 @@ def test_match_stops_at_the_first_missing_block() -> None:
         assert pool.register(block, digest)
     assert pool.match(ds) == 1  # blocks 2 and 3 are cached, but not contiguously
     assert pool.match(ds[1:]) == 0
+
+
+def _pool_state(pool: KVPool) -> tuple[object, ...]:
+    return (
+        dict(pool._by_digest),
+        list(pool._digest),
+        list(pool._ref),
+        list(pool._cached_free),
+        list(pool._unregistered_free),
+    )
+
+
+@given(data=st.data())
+@settings(max_examples=80, deadline=None)
+def test_register_many_is_register_pair_by_pair(data: st.DataObject) -> None:
+    """The fast path (one loop in the pool) against the block-by-block spec: the same
+    count, the same error at the same pair, the same pool afterwards — with free blocks,
+    blocks already registered, digests already taken and pairs repeated in the run."""
+    names = [digests([i] * B)[0] for i in range(8)]
+    held = data.draw(st.integers(0, 8), label="blocks held")
+    premade = data.draw(
+        st.lists(st.tuples(st.integers(0, 7), st.sampled_from(names)), max_size=6),
+        label="registrations before",
+    )
+    run = data.draw(
+        st.lists(st.tuples(st.integers(0, 7), st.sampled_from(names)), max_size=10),
+        label="pairs registered",
+    )
+    pools = [KVPool(8, B), KVPool(8, B)]
+    for pool in pools:
+        pool.allocate(held)
+        for block, digest in premade:
+            if pool.refcount(block):
+                pool.register(block, digest)
+    fast, slow = pools
+    blocks = [block for block, _ in run]
+    names_run = [digest for _, digest in run]
+    outcomes: list[object] = []
+    try:
+        outcomes.append(fast.register_many(blocks, names_run))
+    except SlotStateError as error:
+        outcomes.append(str(error))
+    try:
+        outcomes.append(sum(slow.register(block, digest) for block, digest in run))
+    except SlotStateError as error:
+        outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]
+    assert _pool_state(fast) == _pool_state(slow)
+    assert fast.check() == []

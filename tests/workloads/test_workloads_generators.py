@@ -8,10 +8,13 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference.hashing import HashedPrompt
 from sim.workloads import (
@@ -41,6 +44,7 @@ from sim.workloads import (
     segment_tokens,
     shared_system_prompt,
 )
+from sim.workloads.prompt import MAX_SEGMENT_ID, MAX_SEGMENT_TOKENS, OFFSET_BITS
 from tests.workloads._workload_helpers import (
     GENERATORS,
     SMALL,
@@ -406,3 +410,19 @@ def test_int_dist_draws_are_the_clipped_rounded_lognormal_draws_of_the_same_stre
     expected = [min(900, max(40, round(theirs.lognormvariate(mu, sigma)))) for _ in range(500)]
     assert [dist.sample(ours) for _ in range(500)] == expected
     assert 40 in expected and 900 in expected  # both clips were exercised
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_raw_segment_tokens_are_the_range_of_the_segment(data: st.DataObject) -> None:
+    """The C-speed raw path (numpy.arange bytes) is the spec's ``range`` of the segment's
+    ids, type and all, for any segment id and length (0 and the largest included)."""
+    segment_id = data.draw(st.integers(0, MAX_SEGMENT_ID), label="segment id")
+    length = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX_SEGMENT_TOKENS)), label="length")
+    got = segment_tokens(segment_id, length)
+    base = segment_id << OFFSET_BITS
+    assert isinstance(got, array) and got.typecode == "q"
+    assert got == array("q", range(base, base + length))
+    assert [segment_token(segment_id, i) for i in (0, length - 1) if length] == [
+        got[i] for i in (0, length - 1) if length
+    ]
