@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -38,27 +37,12 @@ from sim.engine.backends import (
 )
 from sim.engine.backends.tensor import capture_hook
 from sim.engine.sequence import PromptSource
+from tests.sim._prompt_double import Prompt
 
 # --- helpers ----------------------------------------------------------------------------
 
 FIRST = 100  # a non-zero first slot: slot ids are not snapshot indices
 BLOCK = 4
-
-
-class Prompt:
-    """A prompt of fixed token ids (only what the backends read)."""
-
-    def __init__(self, ids: Sequence[int]) -> None:
-        self.ids = list(ids)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def tokens(self, vocab: int | None = None) -> array[int]:
-        return array("q", [t % vocab if vocab else t for t in self.ids])
-
-    def hashed(self, namespace: str, unit: int) -> Any:
-        raise NotImplementedError
 
 
 class Writes:

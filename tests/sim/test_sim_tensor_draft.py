@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,27 +21,12 @@ from reference.errors import CapabilityMissingError, InvalidConfigError
 from reference.impl import implementation as reference_implementation
 from sim.engine.backends import Capture, EngineLayout, TensorBackend
 from sim.engine.sequence import PromptSource
+from tests.sim._prompt_double import Prompt
 
 FIRST = 100  # slot ids are not snapshot indices
 BLOCK = 4
 PAGES = 12  # KV-pool blocks; the live state has one private page per batch slot more
 BATCH = 3
-
-
-class Prompt:
-    """Fixed token ids (what the backend reads of a prompt)."""
-
-    def __init__(self, ids: Sequence[int]) -> None:
-        self.ids = list(ids)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def tokens(self, vocab: int | None = None) -> array[int]:
-        return array("q", [t % vocab if vocab else t for t in self.ids])
-
-    def hashed(self, namespace: str, unit: int) -> Any:
-        raise NotImplementedError
 
 
 def source(ids: Sequence[int]) -> PromptSource:
