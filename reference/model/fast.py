@@ -53,7 +53,6 @@ import torch
 import torch.nn.functional as F
 
 from reference.api import check_count
-from reference.errors import InvalidTokenCountError
 from reference.model.attention import AttentionProjections
 from reference.model.checks import check_hidden, check_tokens
 from reference.model.draft import DraftHead
@@ -507,16 +506,9 @@ def speculate(
     arguments, checks, effects and result, bit for bit), evaluated block by block: the
     verification keeps every token's state (``emit_at`` every position), then the batch
     slot is set to the state after ``accepted`` tokens."""
-    ids, _, table, views = model._begin(
-        state, batch_slot, block_table, draft_tokens, prefix_len, (), None
+    ids, table, views = model._begin_speculate(
+        state, batch_slot, block_table, draft_tokens, prefix_len, accepted, boundary_hidden
     )
-    check_count("accepted", accepted)
-    if accepted > len(ids):
-        raise InvalidTokenCountError(f"accepted={accepted} exceeds the {len(ids)} draft tokens")
-    if boundary_hidden is not None:
-        check_hidden(boundary_hidden, None, model.config.d_model)
-        if prefix_len < 1:
-            raise InvalidTokenCountError("boundary_hidden needs prefix_len >= 1")
     if not ids:
         return TinyHybrid.speculate(model, state, batch_slot, block_table, prefix_len, [], 0)
     # Only the state kept after ``accepted`` tokens is read: emit that one (the state

@@ -334,6 +334,29 @@ class TinyHybrid:
     # --- speculative decoding ----------------------------------------------------------
 
     @single_threaded
+    def _begin_speculate(
+        self,
+        state: LiveState,
+        batch_slot: int,
+        block_table: Sequence[int],
+        draft_tokens: Sequence[int],
+        prefix_len: int,
+        accepted: int,
+        boundary_hidden: torch.Tensor | None,
+    ) -> tuple[list[int], torch.Tensor, list[LayerView]]:
+        """:meth:`speculate`'s checks; the token ids, block table and layer views."""
+        ids, _, table, views = self._begin(
+            state, batch_slot, block_table, draft_tokens, prefix_len, (), None
+        )
+        check_count("accepted", accepted)
+        if accepted > len(ids):
+            raise InvalidTokenCountError(f"accepted={accepted} exceeds the {len(ids)} draft tokens")
+        if boundary_hidden is not None:
+            check_hidden(boundary_hidden, None, self.config.d_model)
+            if prefix_len < 1:
+                raise InvalidTokenCountError("boundary_hidden needs prefix_len >= 1")
+        return ids, table, views
+
     def speculate(
         self,
         state: LiveState,
@@ -366,16 +389,9 @@ class TinyHybrid:
         bitwise those of a fresh prefill of the prefix plus the accepted tokens (and draft
         rows ``[0, prefix_len + accepted - 1)`` when the boundary row was supplied).
         """
-        ids, _, table, views = self._begin(
-            state, batch_slot, block_table, draft_tokens, prefix_len, (), None
+        ids, table, views = self._begin_speculate(
+            state, batch_slot, block_table, draft_tokens, prefix_len, accepted, boundary_hidden
         )
-        check_count("accepted", accepted)
-        if accepted > len(ids):
-            raise InvalidTokenCountError(f"accepted={accepted} exceeds the {len(ids)} draft tokens")
-        if boundary_hidden is not None:
-            check_hidden(boundary_hidden, None, self.config.d_model)
-            if prefix_len < 1:
-                raise InvalidTokenCountError("boundary_hidden needs prefix_len >= 1")
         kept = [self._slot_copy(state, batch_slot)]
         hidden: list[torch.Tensor] = []
         logits: list[torch.Tensor] = []
