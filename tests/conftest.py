@@ -56,6 +56,16 @@ IMPL_PROFILE = {
     "suppress_health_check": [HealthCheck.too_slow],
 }
 settings.register_profile("impl", **IMPL_PROFILE)  # type: ignore[arg-type]
+#: The real engines' CI step (scripts/engine-ci.sh): the ``impl`` profile made repeatable
+#: (derandomized, no example database, no shrinking), so that a run's failures can be
+#: compared with the recorded ones (engines/expected/) without flakes.
+settings.register_profile(
+    "engine-ci",
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    **IMPL_PROFILE,  # type: ignore[arg-type]
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "default")
 
 
