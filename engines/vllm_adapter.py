@@ -12,16 +12,30 @@
   blocks are cached. The chunk's branch points stand for ``request.shared_prefix_boundary``
   (vLLM has one per request; every one is passed).
 
+* the index (``make_index``): vLLM's ``BlockPool`` (``vllm/v1/core/block_pool.py``) as the
+  pool of a ``MambaSpec`` align-mode group, keyed by vLLM's request block hasher and
+  looked up by ``MambaManager.find_longest_cache_hit``; see :mod:`engines.vllm_index` for
+  the operation-by-operation mapping and what is the adapter's own code.
+
 What is the adapter's, not vLLM's: the parameters are checked by the reference's
 ``make_placement`` (vLLM takes them from ``CacheConfig``/``VllmConfig``, which validate other
-things in another shape), and unknown names raise ``UnknownPolicyError``. No index,
-storage or exporter is provided: ``make_index`` raises ``CapabilityMissingError``, so run
-only the placement files (docs/CONFORMANCE.md).
+things in another shape), and unknown names raise ``UnknownPolicyError``. No storage or
+exporter is provided (vLLM's checkpoint store is a Triton kernel).
+
+Two factories, differing only in the index's hash block (vLLM keys prefixes only at
+multiples of ``hash_block_size``):
+
+* ``implementation``: ``hash_block_size`` = Mamba ``block_size`` = the suite's
+  ``hash_unit``, as vLLM is configured; a checkpoint off that grid has no key
+  (``CapabilityMissingError``);
+* ``implementation_token_hash``: ``hash_block_size`` = ``block_size`` = 1, so every
+  position is a key and the other index rules are exercised at every token count.
 
 Run in the venv ``scripts/engine-venv.sh`` builds::
 
     .venv-engines/bin/python -m pytest tests/conformance/test_placement.py \
-        tests/conformance/test_placement_engines.py --impl engines.vllm_adapter:implementation
+        tests/conformance/test_placement_engines.py tests/conformance/test_index*.py \
+        --impl engines.vllm_adapter:implementation
 """
 
 from __future__ import annotations
@@ -29,11 +43,12 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
+from engines import vllm_index
 from reference import placement as ref
 from reference.api import CheckpointIndex, Implementation, PlacementPolicy, PrefillChunk
-from reference.errors import CapabilityMissingError, ImplementationLoadError, UnknownPolicyError
+from reference.errors import ImplementationLoadError, InvalidConfigError, UnknownPolicyError
 
 #: The release these adapters were written against (signatures read from its wheel).
 VLLM_VERSION = "0.33"
@@ -186,24 +201,47 @@ def make_placement(name: str, **params: Any) -> PlacementPolicy:
 
 
 def make_index(capacity: int, **options: Any) -> CheckpointIndex:
-    """Not written yet: vLLM's ``KVCacheManager``/``BlockPool`` are not adapted."""
-    _refuse_index()
+    """An index over vLLM's ``BlockPool`` (:func:`engines.vllm_index.make_index`); the
+    hash block is the suite's ``hash_unit`` unless ``hash_block=1`` is given."""
+    load_vllm()
+    return vllm_index.make_index(capacity, **options)
 
 
-def _refuse_index() -> NoReturn:
-    raise CapabilityMissingError(
-        "the vLLM adapter drives placement only; an index over vLLM's KVCacheManager/BlockPool "
-        "is not written (docs/CONFORMANCE.md, 'Real engines: vLLM 0.33')"
+def make_index_token_hash(capacity: int, **options: Any) -> CheckpointIndex:
+    """:func:`make_index` with vLLM hashing every token (``hash_block_size`` = 1)."""
+    if "hash_block" in options:
+        raise InvalidConfigError(
+            "implementation_token_hash fixes hash_block=1; use make_index to choose it"
+        )
+    return make_index(capacity, hash_block=1, **options)
+
+
+#: What vLLM's ``BlockPool`` gives the index: ``touch``/``free_blocks`` reference counts
+#: (``pin``), ``evict_blocks``/``reset_prefix_cache`` (``invalidate``), and freeing a block
+#: never cached (``abort``; reserve and publish are ``get_new_blocks`` and
+#: ``cache_full_blocks``).
+INDEX_CAPABILITIES = frozenset({"pin", "invalidate", "two-phase-publish"})
+
+
+def _implementation(suffix: str, factory: Any) -> Implementation:
+    vllm = load_vllm()
+    vllm_index.load_index_code()
+    return Implementation(
+        name=f"vllm-{vllm.version}{suffix}",
+        make_placement=make_placement,
+        make_index=factory,
+        placement_policies=frozenset(POLICIES),
+        eviction_policies=frozenset(vllm_index.EVICTION_POLICIES),
+        capabilities=INDEX_CAPABILITIES,
     )
 
 
 def implementation() -> Implementation:
-    """The vLLM 0.33 adapter; ImplementationLoadError when vllm cannot be imported."""
-    vllm = load_vllm()
-    return Implementation(
-        name=f"vllm-{vllm.version}",
-        make_placement=make_placement,
-        make_index=make_index,
-        placement_policies=frozenset(POLICIES),
-        eviction_policies=frozenset(),
-    )
+    """The vLLM 0.33 adapter (index hash block = ``hash_unit``); ImplementationLoadError
+    when vllm cannot be imported."""
+    return _implementation("", make_index)
+
+
+def implementation_token_hash() -> Implementation:
+    """The vLLM 0.33 adapter with the index hashing every token (``hash_block_size`` 1)."""
+    return _implementation("-token-hash", make_index_token_hash)
