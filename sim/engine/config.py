@@ -233,6 +233,16 @@ class SimConfig:
         generated_state: with ``cache_generated``, also capture the recurrent state at
             the end of the answer (SGLang, Marconi); ``False`` registers the answer's KV
             blocks only (vLLM 0.33, whose Mamba groups keep no decode-time state).
+        capture_all: every position placement yields for a chunk is reserved, each
+            evicting what it needs (vLLM: a retained Mamba state is the request's own
+            state block, ``MambaManager.allocate_new_blocks``, so every reachable boundary
+            is kept); ``False``: SEMANTICS H5 (a chunk's positions after its first only
+            into free memory).
+        keep_block_copies: a KV block computed again under a digest that is already
+            registered (a request whose hit stopped short of the cached prefix) is
+            registered as another copy, so the prefix stays cached as long as its most
+            recently used copy (vLLM's ``BlockHashToBlockMap`` keeps every copy);
+            ``False``: the copy stays private and is reused first.
         workload_hints: the engine is told the workload's structure (each request's
             ``branch_points`` and ``turn_starts``, for placement and H5's reservation
             order); ``False``: it knows only what it sees in the cache (the end of the
@@ -296,6 +306,8 @@ class SimConfig:
     copy_launch_s: float = 0.000005
     cache_generated: bool = False
     generated_state: bool = True
+    capture_all: bool = False
+    keep_block_copies: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
     warmup_requests: int | None = None
@@ -394,7 +406,7 @@ class SimConfig:
             raise InvalidConfigError(
                 f"SimConfig.cache_generated must be a bool, got {self.cache_generated!r}"
             )
-        for flag in ("generated_state", "workload_hints"):
+        for flag in ("generated_state", "capture_all", "keep_block_copies", "workload_hints"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidConfigError(
                     f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
@@ -594,8 +606,25 @@ class SimConfig:
         return self.block_size * max(self.costs().page_bytes_per_token, 1)
 
     def unified_slot_pages(self) -> int:
-        """Pages one checkpoint slot occupies in the unified budget (rounded up)."""
-        return -(-self.checkpoint_slot_bytes() // self.unified_page_bytes())
+        """Pages one checkpoint slot occupies in the unified budget (rounded up): its
+        recurrent axis and partial page, or only the recurrent axis when every checkpoint
+        sits on a block boundary (:meth:`block_aligned_checkpoints`), as a vLLM
+        align-mode state takes one padded page per Mamba group and no KV."""
+        slot = self.checkpoint_slot_bytes()
+        if self.block_aligned_checkpoints():
+            slot = self.costs().recurrent_bytes
+        return max(1, -(-slot // self.unified_page_bytes()))
+
+    def block_aligned_checkpoints(self) -> bool:
+        """Every checkpoint sits on a KV block boundary, so none carries a partial page:
+        ``vllm-retention`` snaps each target to the hash unit (here a multiple of ``B``)
+        and no answer state is captured at ``prompt + output - 1``."""
+        generated = self.cache_generated and self.generated_state
+        return (
+            self.placement == "vllm-retention"
+            and self.unit % self.block_size == 0
+            and not generated
+        )
 
     def unified_pages(self) -> int:
         """Pages in the unified budget (at most :data:`MAX_KV_BLOCKS`)."""

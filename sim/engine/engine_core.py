@@ -86,11 +86,14 @@ class EngineCore:
                 config.block_size,
                 self._slot_pages,
                 self._evict_checkpoint_for_memory,
+                keep_copies=config.keep_block_copies,
             )
             self._ledger = self._shared_pool.ledger
             self.pool: KVPool = self._shared_pool
         else:
-            self.pool = KVPool(config.kv_capacity(), config.block_size)
+            self.pool = KVPool(
+                config.kv_capacity(), config.block_size, keep_copies=config.keep_block_copies
+            )
         faults = config.faults
         if faults.capture_failure_rate > 0:
             backend = FailingCaptures(

@@ -8,8 +8,13 @@ Blocks are ``B`` tokens of paged KV for every full-attention layer; ids are
 - A full prompt block whose tokens were computed is **registered** under its chained
   digest (the digest of the prompt up to the block's end: the index's unit digest at
   ``(i + 1) * B / h`` units). A later prompt with the same prefix finds it with
-  :meth:`KVPool.match` and shares it (:meth:`KVPool.acquire`), refcount + 1. A digest
-  registered once is not registered again by another block: the duplicate stays private.
+  :meth:`KVPool.match` and shares it (:meth:`KVPool.acquire`), refcount + 1. A block
+  computed again under a digest that is already registered (a request whose hit stopped
+  short of the cached prefix) stays private, or with ``keep_copies`` is registered too,
+  as another **copy**, as vLLM's ``BlockHashToBlockMap`` keeps every copy
+  (``vllm/v1/core/block_pool.py``: "we don't de-duplicate the blocks in the cache"):
+  sharing takes the oldest copy, and the digest stays cached until its last copy is
+  evicted.
 - Free blocks wait in two queues: **unregistered** ones (they hold nothing anyone can
   hit) and **cached** ones, registered, in least-recently-freed order.
   :meth:`KVPool.allocate` takes unregistered blocks first, then cached blocks from the
@@ -38,28 +43,36 @@ class KVPool:
     Args:
         num_blocks: blocks in the pool (``>= 1``).
         block_size: tokens per block ``B`` (``>= 1``).
+        keep_copies: register a block whose digest is already registered as another copy
+            (vLLM) instead of leaving it private.
     """
 
     __slots__ = (
         "_by_digest",
         "_cached_free",
+        "_copies",
         "_digest",
         "_ref",
         "_unregistered_free",
         "block_size",
         "evictions",
+        "keep_copies",
         "num_blocks",
     )
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, keep_copies: bool = False) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfigError(f"KVPool {name} must be an int >= 1, got {value!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.keep_copies = keep_copies
         self._ref = [0] * num_blocks
         self._digest: list[bytes | None] = [None] * num_blocks
         self._by_digest: dict[bytes, int] = {}
+        # Later copies of a registered digest, oldest first (the first copy is in
+        # _by_digest); a copy takes the first copy's place when that one is evicted.
+        self._copies: dict[bytes, list[int]] = {}
         # Free blocks: registered ones in LRU order, unregistered ones as a stack.
         self._cached_free: OrderedDict[int, None] = OrderedDict()
         self._unregistered_free: list[int] = list(range(num_blocks - 1, -1, -1))
@@ -76,8 +89,8 @@ class KVPool:
         return self.num_blocks - self.free_count()
 
     def cached_count(self) -> int:
-        """Registered blocks (held or free): the prefix cache's size in blocks."""
-        return len(self._by_digest)
+        """Registered blocks (held or free; copies too): the prefix cache's size in blocks."""
+        return len(self._by_digest) + sum(map(len, self._copies.values()))
 
     def refcount(self, block: int) -> int:
         """Sequences holding ``block``."""
@@ -167,32 +180,53 @@ class KVPool:
         for block in blocks:
             ref[block] = 1
         if take < count:
-            cached, digest_of, table = self._cached_free, self._digest, self._by_digest
+            cached = self._cached_free
             for _ in range(count - take):
                 block, _ = cached.popitem(last=False)
-                digest = digest_of[block]
-                assert digest is not None
-                del table[digest]
-                digest_of[block] = None
+                self._unregister(block)
                 ref[block] = 1
                 blocks.append(block)
             self.evictions["lru"] += count - take
         return blocks
 
-    def register(self, block: int, digest: bytes) -> bool:
-        """Register a held, full, computed ``block`` under ``digest``.
+    def _unregister(self, block: int) -> None:
+        """``block`` leaves the prefix cache (it is being evicted): its digest stays
+        registered while another copy of it is."""
+        digest = self._digest[block]
+        assert digest is not None
+        self._digest[block] = None
+        copies = self._copies.get(digest)
+        if self._by_digest[digest] == block:
+            if copies:
+                self._by_digest[digest] = copies.pop(0)
+            else:
+                del self._by_digest[digest]
+        else:
+            assert copies is not None
+            copies.remove(block)
+        if copies is not None and not copies:
+            del self._copies[digest]
 
-        Returns ``False`` (nothing changed) when another block already holds the digest
-        or this block is already registered.
+    def register(self, block: int, digest: bytes) -> bool:
+        """Register a held, full, computed ``block`` under ``digest`` (with
+        ``keep_copies``, a further copy when another block already holds the digest).
+
+        Returns ``False`` (nothing changed) when this block is already registered, or
+        another block holds the digest and copies are not kept.
 
         Raises:
             SlotStateError: the block is not held by anyone.
         """
         if self._ref[block] == 0:
             raise SlotStateError(f"KVPool.register: block {block} is free; register held blocks")
-        if digest in self._by_digest or self._digest[block] is not None:
+        if self._digest[block] is not None:
             return False
-        self._by_digest[digest] = block
+        if digest in self._by_digest:
+            if not self.keep_copies:
+                return False
+            self._copies.setdefault(digest, []).append(block)
+        else:
+            self._by_digest[digest] = block
         self._digest[block] = digest
         return True
 
@@ -212,9 +246,14 @@ class KVPool:
                 raise SlotStateError(
                     f"KVPool.register: block {block} is free; register held blocks"
                 )
-            if digest in table or digest_of[block] is not None:
+            if digest_of[block] is not None:
                 continue
-            table[digest] = block
+            if digest in table:
+                if not self.keep_copies:
+                    continue
+                self._copies.setdefault(digest, []).append(block)
+            else:
+                table[digest] = block
             digest_of[block] = digest
             registered += 1
         return registered
@@ -255,9 +294,16 @@ class KVPool:
             if block in self._cached_free and self._digest[block] is None:
                 problems.append(f"block {block}: in the cached queue but not registered")
             digest = self._digest[block]
-            if digest is not None and self._by_digest.get(digest) != block:
-                problems.append(f"block {block}: registered digest maps elsewhere")
+            if digest is not None:
+                first_copy = self._by_digest.get(digest) == block
+                if not first_copy and block not in self._copies.get(digest, ()):
+                    problems.append(f"block {block}: registered digest maps elsewhere")
         for digest, block in self._by_digest.items():
             if self._digest[block] != digest:
                 problems.append(f"digest of block {block} not recorded on the block")
+        for digest, copies in self._copies.items():
+            if digest not in self._by_digest or not copies:
+                problems.append("a copy of a digest that is not registered")
+            if any(self._digest[block] != digest for block in copies):
+                problems.append("a copy's digest is not recorded on the block")
         return problems

@@ -205,9 +205,15 @@ class Planning(EngineCore):
             unit = self.config.unit
             hints = self._hints(request, "branch_points")
             shared = {point // unit * unit for point in hints}
+            limit = not self.config.capture_all  # vLLM keeps every reachable boundary
             for position in sorted(positions, key=lambda p: (p not in shared, -p)):
                 metrics.captures_planned += 1
-                if reservations and position not in shared and not self._room_without_eviction():
+                if (
+                    limit
+                    and reservations
+                    and position not in shared
+                    and not self._room_without_eviction()
+                ):
                     metrics.captures_skipped_full += 1
                     continue
                 outcome = self._reserve(seq.hashed, position)

@@ -55,6 +55,10 @@ def _vllm(model: ModelSizes) -> dict[str, object]:
         "eviction.policy": "lru",
         "cache.cache_generated": True,
         "cache.generated_state": False,
+        # MambaManager.allocate_new_blocks: a retained state is the request's own block.
+        "cache.capture_all": True,
+        # BlockHashToBlockMap (vllm/v1/core/block_pool.py) keeps every copy of a block.
+        "cache.keep_block_copies": True,
         "cache.memory": "unified" if model.full_attention_layers else "split",
     }
 

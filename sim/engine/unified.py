@@ -94,6 +94,7 @@ class SharedKVPool(KVPool):
         slot_pages: pages one checkpoint slot occupies (``>= 1``).
         evict_checkpoint: frees the memory of one evictable checkpoint (the index's
             policy picks it); returns whether one was freed.
+        keep_copies: as for :class:`~sim.engine.kv_pool.KVPool`.
     """
 
     __slots__ = ("_evict_checkpoint", "_freed_at", "clock", "ledger", "slot_pages", "withheld")
@@ -104,8 +105,9 @@ class SharedKVPool(KVPool):
         block_size: int,
         slot_pages: int,
         evict_checkpoint: Callable[[], bool],
+        keep_copies: bool = False,
     ) -> None:
-        super().__init__(num_blocks, block_size)
+        super().__init__(num_blocks, block_size, keep_copies)
         if isinstance(slot_pages, bool) or not isinstance(slot_pages, int) or slot_pages < 1:
             raise InvalidConfigError(f"slot_pages must be an int >= 1, got {slot_pages!r}")
         self.slot_pages = slot_pages
@@ -151,10 +153,7 @@ class SharedKVPool(KVPool):
     def _evict_cached_block(self) -> None:
         block, _ = self._cached_free.popitem(last=False)
         del self._freed_at[block]
-        digest = self._digest[block]
-        assert digest is not None
-        del self._by_digest[digest]
-        self._digest[block] = None
+        self._unregister(block)
         self._unregistered_free.append(block)
         self.evictions["lru"] += 1
 

@@ -372,6 +372,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "with cache_generated: also capture the state at the end of the answer "
             "(false: its KV blocks only, as vLLM)",
         ),
+        "capture_all": Key(
+            boolean,
+            False,
+            "every position placement yields for a chunk is reserved, evicting if needed "
+            "(vLLM keeps every reachable boundary); false: a chunk's later positions go "
+            "into free memory only (SEMANTICS H5)",
+        ),
+        "keep_block_copies": Key(
+            boolean,
+            False,
+            "a KV block computed again under a cached digest is cached as another copy "
+            "(vLLM); false: it stays private",
+        ),
         "checkpoint_share": Key(
             number(0.0, 1.0, strict=True),
             None,

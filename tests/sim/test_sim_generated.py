@@ -170,6 +170,24 @@ def test_under_pressure_a_chunk_evicts_at_most_once() -> None:
     assert len([p for p in positions if p <= 48]) == 2  # two of b's 16, 32, 48 survive
 
 
+def test_with_capture_all_every_position_of_a_chunk_may_evict() -> None:
+    # The case above with capture_all (vLLM keeps every reachable boundary): the chunk's
+    # 96, 80 and 64 each evict one of b's checkpoints, and nothing is skipped for want
+    # of free memory (48, 32, 16 then find every slot reserved: NoSlot).
+    config = dataclasses.replace(
+        ROOMY,
+        checkpoint_slots=3,
+        placement="interval",
+        placement_params={"every": 16},
+        capture_all=True,
+    )
+    other = Request("b/0", 0.0, "b", 0, Prompt([(7, 60)]), 1, (0,), "x")
+    late = dataclasses.replace(one_prompt(100)[0], arrival_s=50.0)
+    engine = run(config, [other, late])
+    assert published_positions(engine) == [64, 80, 96]
+    assert engine.metrics.captures_skipped_full == 0
+
+
 def test_interval_placement_no_longer_scores_below_block_floor_on_a_small_pool() -> None:
     stream, _ = build_workload("multi_turn_chat", 300, seed=0)
     workload = list(stream())

@@ -67,6 +67,25 @@ def test_sharing_and_refcounts() -> None:
     assert pool.used_count() == 0 and pool.free_count() == 8 and pool.check() == []
 
 
+def test_with_keep_copies_a_digest_stays_cached_until_its_last_copy_is_evicted() -> None:
+    pool = KVPool(3, B, keep_copies=True)
+    digest = digests(list(range(4)))[0]
+    old, new = pool.allocate(1), pool.allocate(1)
+    assert old is not None and new is not None
+    pool.register(old[0], digest)
+    pool.register(new[0], digest)  # recomputed by a request whose hit stopped short
+    pool.release(old)
+    pool.release(new)  # the copy is the more recently used
+    assert pool.block_for(digest) == old[0]  # sharing takes the oldest copy
+    taken = pool.allocate(2)  # the unregistered block, then the least recently freed
+    assert taken is not None and old[0] in taken
+    assert pool.block_for(digest) == new[0] and pool.match([digest]) == 1
+    assert pool.check() == []
+    pool.release(taken)
+    assert pool.allocate(3) is not None and pool.match([digest]) == 0
+    assert pool.evictions["lru"] == 2
+
+
 def test_lru_reuse_of_freed_cached_blocks() -> None:
     pool = KVPool(4, B)
     first, second = digests([1] * 8), digests([2] * 8)

@@ -65,6 +65,16 @@ def test_each_preset_sets_its_engines_settings() -> None:
     assert vllm.placement_arguments() == {"hash_unit": 528, "retention_interval": 0}
     assert vllm.memory == "unified" and vllm.cache_generated and not vllm.generated_state
     assert not vllm.workload_hints
+    # Found by running vLLM's own KVCacheManager (engines/vllm_replay.py): every reachable
+    # boundary is kept, a recomputed block is cached as another copy, and a checkpoint
+    # takes one page per Mamba group (6: 24 layers in groups of 4), no partial KV page.
+    assert vllm.capture_all and vllm.keep_block_copies
+    assert vllm.block_aligned_checkpoints() and vllm.unified_slot_pages() == 6
+    none = scenario(
+        '[cache]\nmemory = "unified"\nblock_size = 528\ncache_budget_bytes = 4294967296'
+    )
+    assert not none.sim_config.capture_all and not none.sim_config.keep_block_copies
+    assert none.sim_config.unified_slot_pages() == 7  # block-floor: partial page kept
     sglang = scenario('[cache]\nengine = "sglang"\ncache_budget_bytes = 4294967296').sim_config
     assert (sglang.placement, sglang.placement_arguments()) == ("chunk-end", {"hash_unit": 1})
     assert sglang.memory == "split" and sglang.generated_state
