@@ -24,6 +24,8 @@ from sim.engine.deployment import MAX_PARALLEL, Deployment, PlanDoesNotFitError,
 
 #: How memory is split between cached KV blocks and checkpoint slots.
 MEMORY_MODES = ("split", "unified")
+#: How ``checkpoint_share`` cuts one budget into two pools (``SimConfig.checkpoint_share_rule``).
+SHARE_RULES = ("share", "sglang")
 #: How a run is driven: the timed SimPy engine, or a cache-only replay in arrival order.
 MODES = ("engine", "replay")
 #: Fault switches that only a timed engine has (copy timing, preemption).
@@ -253,6 +255,13 @@ class SimConfig:
             ``mamba_full_memory_ratio`` r gives a share of r / (1 + r)); ``None``: the
             pools are sized by ``kv_blocks`` and ``checkpoint_slots`` /
             ``checkpoint_budget_bytes``.
+        checkpoint_share_rule: how ``checkpoint_share`` cuts the budget. ``share``:
+            ``floor(budget * share / slot bytes)`` slots, the rest of the budget in KV
+            pages. ``sglang``: SGLang 0.5.23's ``_handle_max_mamba_cache``
+            (``srt/mem_cache/kv_cache_configurator.py``): ``int((budget * share - R) //
+            R)`` slots of the recurrent state ``R`` alone (its Mamba pool also allocates a
+            padding state, and at SGLang's page size 1 a state carries no partial page),
+            and KV pages from what ``(slots + 1) * R`` leaves of the budget.
         warmup_requests: the hit rates "after warm-up" (``totals.after_warmup``) count
             the requests admitted after this many; ``None``: after the cache first
             evicted to make room (it was full).
@@ -310,6 +319,7 @@ class SimConfig:
     keep_block_copies: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
+    checkpoint_share_rule: str = "share"
     warmup_requests: int | None = None
     mode: str = "engine"
     memory: str = "split"
@@ -411,6 +421,11 @@ class SimConfig:
                 raise InvalidConfigError(
                     f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
                 )
+        if self.checkpoint_share_rule not in SHARE_RULES:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_share_rule must be one of {', '.join(SHARE_RULES)}, "
+                f"got {self.checkpoint_share_rule!r}"
+            )
         if self.checkpoint_share is not None:
             self._check_share()
         if self.warmup_requests is not None:
@@ -559,14 +574,23 @@ class SimConfig:
             )
 
     def shared_budget_slots(self) -> int:
-        """Split memory with ``checkpoint_share``: checkpoint slots of the share."""
+        """Split memory with ``checkpoint_share``: checkpoint slots of the share (by
+        ``checkpoint_share_rule``)."""
         assert self.checkpoint_share is not None
+        if self.checkpoint_share_rule == "sglang":
+            state = max(self.costs().recurrent_bytes, 1)
+            share = self.unified_budget_bytes() * self.checkpoint_share
+            return max(0, min(MAX_CHECKPOINT_SLOTS, int((share - state) // state)))
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
         return min(MAX_CHECKPOINT_SLOTS, share_bytes // self.checkpoint_slot_bytes())
 
     def shared_budget_kv_pages(self) -> int:
         """Split memory with ``checkpoint_share``: KV pages of the rest of the budget."""
         assert self.checkpoint_share is not None
+        if self.checkpoint_share_rule == "sglang":
+            used = (self.shared_budget_slots() + 1) * self.costs().recurrent_bytes
+            rest = max(0, self.unified_budget_bytes() - used)
+            return min(MAX_KV_BLOCKS, rest // self.unified_page_bytes())
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
         rest = self.unified_budget_bytes() - share_bytes
         return min(MAX_KV_BLOCKS, rest // self.unified_page_bytes())

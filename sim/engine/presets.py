@@ -74,6 +74,8 @@ def _sglang(model: ModelSizes) -> dict[str, object]:
         "cache.generated_state": True,
         "cache.memory": "split",
         "cache.checkpoint_share": ratio / (1 + ratio),
+        # _handle_max_mamba_cache: int((budget * r / (1 + r) - R) // R) states, KV the rest.
+        "cache.checkpoint_share_rule": "sglang",
     }
 
 

@@ -559,6 +559,7 @@ def _assemble(
             keep_block_copies=cache["keep_block_copies"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
+            checkpoint_share_rule=cache["checkpoint_share_rule"],
             warmup_requests=engine["warmup_requests"],
             mode=engine["mode"],
             memory=cache["memory"],

@@ -391,6 +391,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "memory = split: the share of one budget (cache_budget_bytes) for checkpoints; "
             "the rest is KV",
         ),
+        "checkpoint_share_rule": Key(
+            choice(["share", "sglang"]),
+            "share",
+            "how checkpoint_share cuts the budget: share (floor(budget * share / slot)) or "
+            "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state)",
+        ),
     },
     "engine": _SIM_ENGINE,
     "placement": {

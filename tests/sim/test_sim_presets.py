@@ -79,9 +79,14 @@ def test_each_preset_sets_its_engines_settings() -> None:
     assert (sglang.placement, sglang.placement_arguments()) == ("chunk-end", {"hash_unit": 1})
     assert sglang.memory == "split" and sglang.generated_state
     share = SGLANG_MAMBA_FULL_MEMORY_RATIO / (1 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
-    assert sglang.checkpoint_share == share
-    slot = sglang.checkpoint_slot_bytes()
-    assert sglang.checkpoint_capacity() == int(4 * GIB * share) // slot
+    assert sglang.checkpoint_share == share and sglang.checkpoint_share_rule == "sglang"
+    # SGLang's _handle_max_mamba_cache: int((budget * r / (1 + r) - R) // R) states of R
+    # bytes (the pool's padding state is the -1); the KV cache gets what (slots + 1) * R
+    # leaves: 4 GiB -> 38 states of 51,806,208 bytes, as engines/sglang_replay.py (which
+    # runs SGLang's code) finds.
+    state = sglang.costs().recurrent_bytes
+    assert sglang.checkpoint_capacity() == int((4 * GIB * share - state) // state) == 38
+    assert sglang.kv_capacity() == (4 * GIB - 39 * state) // sglang.unified_page_bytes()
     marconi = scenario('[cache]\nengine = "marconi"\ncache_budget_bytes = 4294967296').sim_config
     assert (marconi.placement, marconi.eviction, marconi.memory) == (
         "branch",
