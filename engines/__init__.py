@@ -5,6 +5,8 @@ Not installed with the package (``pyproject.toml`` packages only ``reference``, 
 ``python -m pytest`` puts this folder's parent on ``sys.path``. Each adapter imports its
 engine lazily and, when the engine is not installed, fails to load with
 :class:`~reference.errors.ImplementationLoadError` saying how to install it
-(``scripts/engine-venv.sh``). docs/CONFORMANCE.md "Real engines: vLLM 0.33" lists what
-each passes and fails.
+(``scripts/engine-venv.sh`` for vLLM, ``scripts/engine-venv-sglang.sh`` for SGLang).
+docs/CONFORMANCE.md, "Real engines", lists what each passes and fails;
+``engines/expected/`` records the failing tests, which ``scripts/engine-ci.sh`` (CI's
+engine step) compares each run with (:mod:`engines.outcomes`).
 """

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build .venv-sglang: a separate venv with the CPU build of torch, SGLang 0.5.23 and this
 # project, for engines/sglang_adapter.py (docs/CONFORMANCE.md, "Real engines: SGLang
-# 0.5.23"). Never run by CI or by the tests: a few minutes and a few GB.
+# 0.5.23"). Run by CI's engine step (scripts/engine-ci.sh), never by the tests
+# themselves: ~2 min, 3.5 GB on disk.
 #
 # pip is never allowed to resolve sglang with its dependencies: the wheel declares
 # torch==2.14.1 and a dozen CUDA kernel packages, and resolving them pulls a CUDA torch

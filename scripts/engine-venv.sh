@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build .venv-engines: a separate venv with the CPU build of torch, vLLM 0.33.0 and this
-# project, for the real-engine adapters in tests/impls/engines/ (docs/CONFORMANCE.md,
-# "Real engines: vLLM 0.33"). Never run by CI or by the tests: ~3 min, ~2.2 GB download.
+# project, for the real-engine adapters in engines/ (docs/CONFORMANCE.md,
+# "Real engines: vLLM 0.33"). Run by CI's engine step (scripts/engine-ci.sh), never by the
+# tests themselves: ~4 min, ~2.2 GB download, 5.2 GB on disk.
 #
 # pip is never allowed to resolve vllm with its dependencies: that pulls a CUDA torch
 # (~10 GB). Instead: torch==2.13.0 (CPU) first, then the vllm wheel with --no-deps, then
