@@ -36,7 +36,7 @@ conformance() {
     local junit="$OUT/$(basename "$expected" .txt).xml"
     printf '\n==> %s: %s\n' "$impl" "$*"
     HYPOTHESIS_PROFILE=engine-ci "$python" -m pytest "$@" --impl "$impl" -p no:cacheprovider \
-        -q --rules --junitxml="$junit" || true
+        -q --tb=line --rules --junitxml="$junit" || true
     "$python" -m engines.outcomes "$junit" "$expected" || rc=$?
     record "$impl vs $expected" "$rc"
 }
