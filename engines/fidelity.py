@@ -7,7 +7,8 @@ venv ``scripts/engine-venv.sh`` builds, ``.venv-engines/bin/python``):
    ``nemotron-h-8b``, the preset ``engine = "vllm"``, cache-only replay) for the seed;
 2. runs hyckpt's replay through the public API (``run_simulation`` with the scenario's
    ``SimConfig`` at the budget), with a shadow backend that also records each request's
-   restore (:class:`HitRecorder`): the per-request hit, which ``SimResult`` does not carry;
+   restore (:class:`engines.fidelity_common.HitRecorder`): the per-request hit, which
+   ``SimResult`` does not carry;
 3. runs :mod:`engines.vllm_replay` (vLLM's ``KVCacheManager``) on the same requests: each
    request's prompt token ids and, as output tokens, the tokens of its ``answer`` after the
    prompt (what a follow-up turn's prompt continues with);
@@ -18,41 +19,20 @@ venv ``scripts/engine-venv.sh`` builds, ``.venv-engines/bin/python``):
 (float32, ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``) instead of hyckpt's
 bfloat16: hyckpt then gets ``[model] base = "nemotron-h-8b", ssm_state_dtype = "float32"``
 and its preset derives the block size from it.
+
+hyckpt's side, the workload and the command's loop are shared with
+:mod:`engines.sglang_fidelity` (:mod:`engines.fidelity_common`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from sim.engine.backends.shadow import ShadowBackend
-
-GIB = 1 << 30
-#: The scenario whose workload and preset are compared.
-SCENARIO = "engine-presets"
-
-
-class HitRecorder(ShadowBackend):
-    """The shadow backend, recording each request's prompt length and restored hit."""
-
-    def __init__(self, implementation: Any) -> None:
-        super().__init__(implementation)
-        self.prompt_tokens: dict[str, int] = {}
-        self.hits: dict[str, int] = {}
-
-    def start(self, request: Any, batch_slot: int) -> None:
-        self.prompt_tokens.setdefault(request.request_id, len(request.prompt))
-
-    def restore(
-        self, request_id: str, batch_slot: int, slot: int, tokens: int, block_table: Sequence[int]
-    ) -> None:
-        self.hits.setdefault(request_id, tokens)  # a replay never preempts: one each
+from engines import fidelity_common as common
 
 
 @dataclasses.dataclass
@@ -89,70 +69,16 @@ class Comparison:
 
     def differing(self) -> list[int]:
         """Indices of the requests whose hits differ."""
-        return [i for i, (a, b) in enumerate(zip(self.hyckpt, self.vllm, strict=True)) if a != b]
+        return common.differing(self.hyckpt, self.vllm)
 
 
 def build_scenario(ssm_dtype: str, budget_bytes: int, seed: int, requests: int | None) -> Any:
     """The engine-presets scenario (preset ``vllm``) at ``budget_bytes`` for ``seed``, with
     ``requests`` requests (``None``: the scenario's 600); ``ssm_dtype="vllm"`` gives the
     model vLLM's float32 SSM state."""
-    from sim.scenarios.command import resolve
-
-    scenario = resolve(SCENARIO, check_sweep=False)
-    overrides: dict[str, object] = {
-        "cache.cache_budget_bytes": budget_bytes,
-        "scenario.seed": seed,
-    }
-    if requests is not None:
-        overrides["workload.requests"] = requests
-    if ssm_dtype == "vllm":
-        model = scenario.data["model"]
-        overrides["model"] = {
-            "base": model["name"],
-            "name": f"{model['name']}-fp32-state",
-            "ssm_state_dtype": "float32",
-            "gpu": model.get("gpu", "h200"),
-        }
-    return scenario.with_overrides(overrides, check_sweep=False)
-
-
-def workload(scenario: Any) -> list[Any]:
-    """The scenario's requests for its seed, in arrival order."""
-    make, _ = scenario.workload.build(scenario.seed)
-    return list(make())
-
-
-def to_replay_requests(requests: Sequence[Any]) -> list[Any]:
-    """hyckpt requests as :class:`engines.vllm_replay.ReplayRequest`: the prompt's token
-    ids, and the ``output_tokens`` (at least one, as hyckpt serves) tokens of the answer
-    after the prompt, which the next turn's prompt repeats."""
-    from engines.vllm_replay import ReplayRequest
-
-    converted = []
-    for request in requests:
-        n, out = len(request.prompt), max(1, request.output_tokens)
-        if request.answer is None:
-            raise ValueError(f"{request.request_id}: the workload does not know its answer")
-        tokens = request.answer.tokens()
-        if len(tokens) < n + out:
-            raise ValueError(f"{request.request_id}: its answer is shorter than prompt + output")
-        converted.append(
-            ReplayRequest(request.request_id, tokens[:n].tolist(), tokens[n : n + out].tolist())
-        )
-    return converted
-
-
-def run_hyckpt(scenario: Any, requests: Sequence[Any]) -> tuple[HitRecorder, Any, float]:
-    """hyckpt's replay of ``requests`` with the scenario's configuration: the recorder,
-    the :class:`~sim.engine.result.SimResult` and the seconds it took."""
-    from reference.conformance.loading import load_implementation
-    from sim.engine.run import run_simulation
-
-    config = dataclasses.replace(scenario.sim_config, seed=scenario.seed)
-    recorder = HitRecorder(load_implementation(config.impl or "reference.impl:implementation"))
-    started = time.perf_counter()
-    result = run_simulation(config, iter(requests), backend=recorder)
-    return recorder, result, time.perf_counter() - started
+    return common.engine_presets_scenario(
+        budget_bytes, seed, requests, float32_state=ssm_dtype == "vllm"
+    )
 
 
 def compare(
@@ -160,39 +86,31 @@ def compare(
 ) -> Comparison:
     """Run both on the scenario's workload at ``budget_bytes``."""
     from engines import vllm_replay
-    from reference.sizes import get_model
 
-    scenario = build_scenario(ssm_dtype, budget_bytes, seed, requests)
-    items = workload(scenario)
-    recorder, result, hyckpt_s = run_hyckpt(scenario, items)
-    config = scenario.sim_config
-    model = config.model_sizes if config.model_sizes is not None else get_model(config.model)
-    hybrid = vllm_replay.HybridModel.from_hyckpt(model, "model")
+    ours = common.replay_hyckpt(build_scenario(ssm_dtype, budget_bytes, seed, requests))
+    config = ours.config
+    hybrid = vllm_replay.HybridModel.from_hyckpt(ours.model, "model")
     hits, plan, vllm_s = vllm_replay.replay(
-        hybrid, to_replay_requests(items), budget_bytes, config.token_budget
+        hybrid, common.to_replay_requests(ours.items), budget_bytes, config.token_budget
     )
     if plan.block_size != config.block_size:
         raise RuntimeError(
             f"vLLM picks block size {plan.block_size}, hyckpt's preset {config.block_size}"
         )
-    ids = [r.request_id for r in items]
-    prompts = [len(r.prompt) for r in items]
-    ours = [recorder.hits.get(i, 0) for i in ids]
     theirs = [h.hit_tokens for h in hits]
-    total = sum(prompts)
     return Comparison(
         budget_bytes=budget_bytes,
-        request_ids=ids,
-        prompt_tokens=prompts,
-        hyckpt=ours,
+        request_ids=ours.request_ids,
+        prompt_tokens=ours.prompt_tokens,
+        hyckpt=ours.hits,
         vllm=theirs,
-        hyckpt_rate=sum(ours) / total,
-        vllm_rate=sum(theirs) / total,
-        hyckpt_totals_rate=float(result.totals["token_hit_rate"]),
-        hyckpt_s=hyckpt_s,
+        hyckpt_rate=ours.rate(ours.hits),
+        vllm_rate=ours.rate(theirs),
+        hyckpt_totals_rate=float(ours.result.totals["token_hit_rate"]),
+        hyckpt_s=ours.seconds,
         vllm_s=vllm_s,
         plan=plan,
-        hyckpt_pool=dict(result.pools),
+        hyckpt_pool=dict(ours.result.pools),
         vllm_detail=[(h.shared_prefix_boundary, h.chunks) for h in hits],
     )
 
@@ -201,7 +119,7 @@ def report(comparison: Comparison, show: int, out: TextIO) -> None:
     """Print one budget's comparison."""
     c, plan = comparison, comparison.plan
     diff = c.differing()
-    print(f"budget {c.budget_bytes / GIB:g} GiB ({c.budget_bytes} bytes)", file=out)
+    common.print_budget(c.budget_bytes, out)
     print(
         f"  vLLM: block {plan.block_size}, {plan.num_blocks} blocks of {plan.bytes_per_block} "
         f"bytes (block 0 is the null block), {len(plan.groups)} groups, SSM state "
@@ -210,12 +128,8 @@ def report(comparison: Comparison, show: int, out: TextIO) -> None:
         " bytes",
         file=out,
     )
-    print(
-        f"  token hit rate: hyckpt {c.hyckpt_rate:.4f} (totals {c.hyckpt_totals_rate:.4f}), "
-        f"vLLM {c.vllm_rate:.4f}; requests {len(c.request_ids)}, hits differ for {len(diff)}; "
-        f"hyckpt {c.hyckpt_s:.1f} s, vLLM {c.vllm_s:.1f} s",
-        file=out,
-    )
+    rates = (c.hyckpt_rate, c.hyckpt_totals_rate, c.vllm_rate)
+    common.print_rates("vLLM", rates, len(c.request_ids), len(diff), (c.hyckpt_s, c.vllm_s), out)
     for i in diff[:show]:
         junction, chunks = c.vllm_detail[i]
         print(
@@ -227,25 +141,18 @@ def report(comparison: Comparison, show: int, out: TextIO) -> None:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """The command (module docstring); exit 0 when every hit agrees, 1 otherwise."""
-    parser = argparse.ArgumentParser(prog="python -m engines.fidelity", description=__doc__)
-    parser.add_argument("--requests", type=int, default=None, help="default: the scenario's")
-    parser.add_argument("--budget-gib", type=float, nargs="+", default=[5.0])
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--show", type=int, default=8, help="differing requests to print")
-    parser.add_argument("--ssm-dtype", choices=("model", "vllm"), default="model")
+    parser = common.fidelity_parser(
+        "python -m engines.fidelity", __doc__, budgets=[5.0], show=8, ssm_dtype="vllm"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write per-request hits")
     args = parser.parse_args(argv)
-    out = out or sys.stdout
-    agree = True
-    dump = []
-    for gib in args.budget_gib:
-        comparison = compare(int(gib * GIB), args.seed, args.requests, args.ssm_dtype)
-        report(comparison, args.show, out)
-        agree = agree and not comparison.differing()
-        dump.append(dataclasses.asdict(comparison))
-    if args.json is not None:
-        args.json.write_text(json.dumps(dump, indent=1))
-    return 0 if agree else 1
+    stream = out or sys.stdout
+    return common.run_budgets(
+        args.budget_gib,
+        lambda budget: compare(budget, args.seed, args.requests, args.ssm_dtype),
+        lambda comparison: report(comparison, args.show, stream),
+        args.json,
+    )
 
 
 if __name__ == "__main__":

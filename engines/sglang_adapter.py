@@ -40,6 +40,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from engines.index_common import check_config_count, check_index_counts, import_engine
 from reference.api import CheckpointIndex, Implementation, PlacementPolicy
 from reference.errors import (
     AllocationTooLargeError,
@@ -135,7 +136,7 @@ class _TorchvisionStubFinder:
         return None
 
 
-def _stub_torchvision() -> None:
+def stub_torchvision() -> None:
     """Put the torchvision stub on ``sys.meta_path`` unless a torchvision is installed.
 
     transformers caches whether torchvision is usable (``is_torchvision_available`` is an
@@ -155,20 +156,11 @@ def load_sglang() -> _Sglang:
     """Import SGLang's cache code; raise ImplementationLoadError when it is absent."""
     if "sglang" in _cache:
         return _cache["sglang"]
+    version = import_engine(
+        "sglang", adapter="SGLang", release=SGLANG_VERSION, exact=True, hint=INSTALL_HINT
+    )
     try:
-        sglang = importlib.import_module("sglang")
-    except ImportError as error:
-        raise ImplementationLoadError(
-            f"the SGLang adapter needs sglang {SGLANG_VERSION} importable ({error}); {INSTALL_HINT}"
-        ) from error
-    version = str(getattr(sglang, "__version__", "unknown"))
-    if version != SGLANG_VERSION:
-        raise ImplementationLoadError(
-            f"the SGLang adapter is written against sglang {SGLANG_VERSION}, found {version}; "
-            f"{INSTALL_HINT}"
-        )
-    try:
-        _stub_torchvision()
+        stub_torchvision()
         torch = importlib.import_module("torch")
         urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
         params = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
@@ -226,12 +218,6 @@ def _publish_server_args() -> None:
     runtime_context.publish(server_args, role="scheduler")
 
 
-def _count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
-
-
 def make_index(
     capacity: int,
     *,
@@ -265,10 +251,7 @@ def make_index(
         UnknownPolicyError: any eviction policy but ``lru``.
         AllocationTooLargeError: more than :data:`MAX_CAPACITY` slots.
     """
-    _count("capacity", capacity, 1)
-    _count("first_slot", first_slot, 0)
-    _count("hash_unit", hash_unit, 1)
-    _count("bytes_per_slot", bytes_per_slot, 1)
+    check_index_counts(capacity, first_slot, hash_unit, bytes_per_slot)
     if capacity > MAX_CAPACITY:
         raise AllocationTooLargeError(
             f"capacity={capacity} Mamba slots exceeds the SGLang adapter's limit of "
@@ -301,7 +284,7 @@ def make_index(
     if core is not None and core not in TREE_CORES:
         raise InvalidConfigError(f"tree_core must be one of {TREE_CORES}, got {core!r}")
     kv = max(MIN_KV_TOKENS, KV_TOKENS_PER_SLOT * capacity) if kv_tokens is None else kv_tokens
-    _count("kv_tokens", kv, 1)
+    check_config_count("kv_tokens", kv, 1)
     sglang = load_sglang()
     from engines.sglang_index import SglangIndex
 

@@ -43,17 +43,25 @@ Mamba slot; two requests with one prompt both compute and the second insert find
 ``mamba_exist``, so "being written" answers come from the adapter's table of open
 reservations), the receipts of pins (kept per slot, replayed by ``unpin``), the KV
 indices a publish inserts (SGLang's request would have computed them), and the hyckpt
-digests. Not provided: ``invalidate``/``clear`` (SGLang resets the whole tree only).
+digests. Not provided: ``invalidate``/``clear`` (SGLang resets the whole tree only). The
+argument checks and the table of open reservations are the ones the vLLM adapter uses too
+(:mod:`engines.index_common`).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from engines.index_common import (
+    OpenReservations,
+    SlotRange,
+    check_lookup_range,
+    check_reserve_tokens,
+    hashed_prompt,
+)
 from reference.api import (
     AlreadyCached,
     CheckpointKey,
@@ -69,21 +77,11 @@ from reference.api import (
 )
 from reference.errors import (
     AllocationTooLargeError,
-    AlreadyAbortedError,
-    AlreadyPublishedError,
     CapabilityMissingError,
-    ForeignReservationError,
-    InvalidConfigError,
-    InvalidRangeError,
-    InvalidTokenCountError,
     PinUnderflowError,
-    SlotOutOfRangeError,
     SlotStateError,
 )
 from reference.hashing import HashedPrompt
-from reference.index import check_cost
-
-_owners = itertools.count(1)
 
 #: SGLang's Mamba pool index of the first real slot (0 is the dummy write target).
 SGLANG_FIRST_MAMBA_INDEX = 1
@@ -91,9 +89,8 @@ SGLANG_FIRST_MAMBA_INDEX = 1
 
 @dataclass(eq=False)
 class _Open:
-    """An open reservation: what publish needs to insert it."""
+    """An open reservation's record: what publish needs to insert it."""
 
-    reservation: Reservation
     tokens: list[int]
     extra_key: str
     cache_salt: str | None
@@ -108,7 +105,7 @@ class _Pins:
     receipts: list[Any] = field(default_factory=list)
 
 
-class SglangIndex:
+class SglangIndex(SlotRange):
     """A hyckpt index driving one SGLang ``UnifiedRadixCache`` (see the module table)."""
 
     def __init__(
@@ -122,14 +119,10 @@ class SglangIndex:
         tree_core: str | None,
         kv_tokens: int,
     ) -> None:
+        super().__init__(capacity, first_slot, hash_unit)
         self._sg = sglang
-        self._first = first_slot
-        self._capacity = capacity
-        self._unit = hash_unit
         self._bytes_per_slot = bytes_per_slot
-        self._owner = next(_owners)
-        self._open: dict[Reservation, _Open] = {}
-        self._open_by_key: dict[CheckpointKey, Reservation] = {}
+        self._open: OpenReservations[_Open] = OpenReservations(invalidation=False)
         self._node_of: dict[int, Any] = {}  # slot -> node id it was published on
         self._pins: dict[int, _Pins] = {}
         self._build(capacity, kv_tokens, tree_core)
@@ -196,18 +189,6 @@ class SglangIndex:
     # --- properties ---------------------------------------------------------------------
 
     @property
-    def first_slot(self) -> int:
-        return self._first
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def hash_unit(self) -> int:
-        return self._unit
-
-    @property
     def tree_core_name(self) -> str:
         """The class of SGLang's tree core in use (``RustUnifiedTreeCore`` or
         ``UnifiedTreeCore``)."""
@@ -221,22 +202,12 @@ class SglangIndex:
     def _to_slot(self, index: Any) -> int:
         return int(index) - SGLANG_FIRST_MAMBA_INDEX + self._first
 
-    def _check_slot(self, slot: object) -> int:
-        if isinstance(slot, bool) or not isinstance(slot, int):
-            raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
-        if not self._first <= slot < self._first + self._capacity:
-            raise SlotOutOfRangeError(
-                f"slot {slot} is outside this index's slots "
-                f"{self._first}..{self._first + self._capacity - 1}"
-            )
-        return slot
-
     def _published_slots(self) -> set[int]:
         values = self.cache.tree_core.all_mamba_values_flatten()
         return {self._to_slot(v) for v in values.tolist()}
 
     def _reserved_slots(self) -> set[int]:
-        return {r.slot for r in self._open}
+        return self._open.slots()
 
     def free_count(self) -> int:
         """``MambaSlotAllocator.available_size()``: slots in SGLang's free list."""
@@ -269,16 +240,7 @@ class SglangIndex:
         self, namespace: str, prompt: PromptLike, extras: tuple[str, ...] = ()
     ) -> HashedPrompt:
         """``prompt`` as a :class:`HashedPrompt` for this index (checked if it already is one)."""
-        if isinstance(prompt, HashedPrompt):
-            if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, self._unit):
-                raise InvalidConfigError(
-                    f"HashedPrompt was built for namespace={prompt.namespace!r}, "
-                    f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
-                    f"namespace={namespace!r}, extras={extras!r}, unit={self._unit}; "
-                    "build it with the same namespace, extras and the index's hash_unit"
-                )
-            return prompt
-        return HashedPrompt(prompt, namespace=namespace, extras=extras, unit=self._unit)
+        return hashed_prompt(prompt, namespace, extras, self._unit)
 
     def make_key(
         self, namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...] = ()
@@ -306,12 +268,7 @@ class SglangIndex:
     ) -> LookupHit | None:
         """``match_prefix`` on ``prompt[:min(maximum, len(prompt))]``; a hit if the
         deepest node whose FULL and MAMBA values are both present lies past ``minimum``."""
-        check_count("minimum", minimum)
-        check_count("maximum", maximum)
-        if minimum > maximum:
-            raise InvalidRangeError(
-                f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
-            )
+        check_lookup_range(minimum, maximum)
         hashed = self.hashed(namespace, prompt, extras)
         upper = min(maximum, len(hashed))
         if upper == 0:
@@ -338,15 +295,9 @@ class SglangIndex:
         ``MambaComponent._alloc_mamba_slot`` (evicting through SGLang when full)."""
         check_count("tokens", tokens, minimum=1)
         hashed = self.hashed(namespace, prompt, extras)
-        if tokens > len(hashed):
-            raise InvalidTokenCountError(
-                f"tokens={tokens} exceeds the prompt length {len(hashed)}; a checkpoint "
-                "cannot cover tokens the prompt does not have"
-            )
-        if cost is not None:
-            check_cost(cost, tokens)
+        check_reserve_tokens(tokens, len(hashed), cost)
         key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
-        writing = self._open_by_key.get(key)
+        writing = self._open.writing(key)
         if writing is not None:
             return AlreadyCached(writing.slot, published=False)
         ids = hashed.tokens()[:tokens]
@@ -361,12 +312,8 @@ class SglangIndex:
                 f"SGLang found no Mamba slot: all {self._capacity} are reserved or pinned "
                 "(MambaComponent._alloc_mamba_slot evicted nothing)"
             )
-        reservation = Reservation(key, self._to_slot(index), owner=self._owner)
-        self._open[reservation] = _Open(
-            reservation, ids, json.dumps(namespace), _salt(extras), cost
-        )
-        self._open_by_key[key] = reservation
-        return reservation
+        record = _Open(ids, json.dumps(namespace), _salt(extras), cost)
+        return self._open.issue(key, self._to_slot(index), record)
 
     def _published_at(self, radix_key: Any, tokens: int) -> int | None:
         """The slot of the MAMBA value on the node ending exactly at ``tokens``, read
@@ -397,7 +344,7 @@ class SglangIndex:
             AllocationTooLargeError: the FULL KV pool cannot hold the key's tokens even
                 after SGLang's eviction (raise ``kv_tokens``); the reservation stays open.
         """
-        entry = self._open_entry(reservation, "publish")
+        entry = self._open.record(reservation, "publish")
         torch = self._sg.torch
         count = len(entry.tokens)
         kv = self._kv_allocator.alloc(count)
@@ -416,9 +363,7 @@ class SglangIndex:
         result = self.cache.insert(
             self._sg.insert_params(key=key, value=kv, mamba_value=mamba_value)
         )
-        del self._open[reservation]
-        del self._open_by_key[reservation.key]
-        reservation.state = ReservationState.PUBLISHED
+        self._open.close(reservation, ReservationState.PUBLISHED)
         if result.mamba_exist:
             # The node already had a state: SGLang keeps it and frees the new slot
             # (MambaComponent.cleanup_after_caching_req, not finished). Not reachable
@@ -430,32 +375,12 @@ class SglangIndex:
 
     def abort(self, reservation: Reservation) -> None:
         """Return the slot to SGLang's Mamba free list; the key never reached the tree."""
-        entry = self._open_entry(reservation, "abort")
+        self._open.record(reservation, "abort")
         torch = self._sg.torch
         self._mamba_allocator.free(
             torch.tensor([self._to_sglang(reservation.slot)], dtype=torch.int64)
         )
-        del self._open[reservation]
-        del self._open_by_key[entry.reservation.key]
-        reservation.state = ReservationState.ABORTED
-
-    def _open_entry(self, reservation: Reservation, verb: str) -> _Open:
-        if not isinstance(reservation, Reservation) or reservation.owner != self._owner:
-            raise ForeignReservationError(
-                f"cannot {verb} {reservation!r}: it was not issued by this index; "
-                "pass the Reservation that this index's reserve() returned"
-            )
-        if reservation.state is ReservationState.PUBLISHED:
-            raise AlreadyPublishedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
-                "published; each reservation is published or aborted exactly once"
-            )
-        if reservation.state is not ReservationState.OPEN:
-            raise AlreadyAbortedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
-                "aborted; reserve again to write the key"
-            )
-        return self._open[reservation]
+        self._open.close(reservation, ReservationState.ABORTED)
 
     # --- pins ---------------------------------------------------------------------------
 

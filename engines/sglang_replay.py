@@ -75,10 +75,7 @@ it changes which prefix the cache returns. The Mamba states and KV hold no value
 from __future__ import annotations
 
 import importlib
-import importlib.machinery
-import importlib.util
 import logging
-import sys
 import time
 import types
 import warnings
@@ -86,6 +83,9 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from engines.replay_common import ReplayRequest, longest_request, mamba2_model_fields
+from engines.sglang_adapter import stub_torchvision
 
 #: The SGLang release this driver was written against.
 SGLANG_VERSION = "0.5.23"
@@ -96,35 +96,6 @@ SGLANG_SSM_DTYPE = "float32"
 #: The conv-window dtype SGLang uses unless ``SGLANG_MAMBA_CONV_DTYPE`` says otherwise.
 SGLANG_CONV_DTYPE = "bfloat16"
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _StubModule(f"{self.__name__}.{name}")
-
-    def __call__(self, *args: object, **kwargs: object) -> Any:
-        raise ImportError(f"{self.__name__}: torchvision is a stub in this process (hyckpt)")
-
-
-class _TorchvisionStub:
-    """Serves ``torchvision`` as an empty stub: ``sglang/srt/configs/__init__.py`` imports
-    vision configs that import ``torchvision.transforms``, and the PyPI torchvision cannot
-    load beside the CPU torch (/work/shared/ENGINES.md). Nothing of it is used."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> Any:
-        if name == "torchvision" or name.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)  # type: ignore[arg-type]
-        return None
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
 
 
 #: The SGLang modules the driver calls, imported once by :func:`import_sglang`.
@@ -149,7 +120,8 @@ _MODULES = (
 
 def import_sglang() -> types.ModuleType:
     """Import SGLang and the modules the driver calls (``torchvision`` stubbed when
-    absent), quietly: import-time ``UserWarning``s about GPU-only kernels are dropped and
+    absent: :func:`engines.sglang_adapter.stub_torchvision`), quietly: import-time
+    ``UserWarning``s about GPU-only kernels are dropped and
     ``sglang.srt.runtime_context``'s notice that a re-publish drops the previous pool size
     is silenced unless its logger was configured.
 
@@ -161,12 +133,7 @@ def import_sglang() -> types.ModuleType:
     version = str(getattr(sglang, "__version__", "unknown"))
     if version != SGLANG_VERSION:
         raise ImportError(f"engines.sglang_replay needs sglang {SGLANG_VERSION}, found {version}")
-    if importlib.util.find_spec("torchvision") is None and not any(
-        isinstance(f, _TorchvisionStub) for f in sys.meta_path
-    ):
-        # transformers caches whether torchvision exists: ask it before the stub is there.
-        importlib.import_module("transformers.utils.import_utils").is_torchvision_available()
-        sys.meta_path.insert(0, _TorchvisionStub())
+    stub_torchvision()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for name in _MODULES:
@@ -175,22 +142,6 @@ def import_sglang() -> types.ModuleType:
     if context_logger.level == logging.NOTSET:
         context_logger.setLevel(logging.ERROR)
     return sglang
-
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """One request as the engine sees it.
-
-    Attributes:
-        request_id: unique id.
-        prompt_token_ids: the prompt.
-        output_token_ids: the tokens the model generates (at least one), in order; the
-            last one is sampled but never fed back (it has no KV and no state).
-    """
-
-    request_id: str
-    prompt_token_ids: Sequence[int]
-    output_token_ids: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -239,17 +190,8 @@ class HybridModel:
         if ssm_dtype not in ("model", "sglang"):
             raise ValueError(f"ssm_dtype must be 'model' or 'sglang', got {ssm_dtype!r}")
         return cls(
-            name=model.name,
-            attention_layers=model.full_attention_layers,
-            mamba_layers=model.mamba2_layers,
-            num_kv_heads=model.num_key_value_heads,
+            **mamba2_model_fields(model),
             head_dim=model.head_dim,
-            dtype=model.dtype,
-            mamba_num_heads=model.mamba_num_heads,
-            mamba_head_dim=model.mamba_head_dim,
-            n_groups=model.mamba_n_groups,
-            ssm_state_size=model.mamba_d_state,
-            conv_kernel=model.mamba_d_conv,
             ssm_state_dtype=model.ssm_state_dtype if ssm_dtype == "model" else SGLANG_SSM_DTYPE,
             conv_dtype=model.dtype if ssm_dtype == "model" else SGLANG_CONV_DTYPE,
         )
@@ -615,7 +557,7 @@ def replay(
     """
     import_sglang()
     plan = plan_pools(model, budget_bytes)
-    longest = max((len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests), default=1)
+    longest = longest_request(requests)
     started = time.perf_counter()
     engine = SglangCacheReplay(model, plan, chunk_size, longest + 1, tree_core=tree_core)
     hits = []

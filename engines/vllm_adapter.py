@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines import vllm_index
+from engines.index_common import import_engine
 from reference import placement as ref
 from reference.api import CheckpointIndex, Implementation, PlacementPolicy, PrefillChunk
 from reference.errors import ImplementationLoadError, InvalidConfigError, UnknownPolicyError
@@ -78,18 +79,9 @@ def load_vllm() -> _Vllm:
     """Import vLLM's placement code; raise ImplementationLoadError when it is absent."""
     if "vllm" in _cache:
         return _cache["vllm"]
-    try:
-        vllm = importlib.import_module("vllm")
-    except ImportError as error:
-        raise ImplementationLoadError(
-            f"the vLLM adapter needs vllm {VLLM_VERSION} importable ({error}); {INSTALL_HINT}"
-        ) from error
-    version = str(getattr(vllm, "__version__", "unknown"))
-    if not version.startswith(VLLM_VERSION + "."):
-        raise ImplementationLoadError(
-            f"the vLLM adapter is written against vllm {VLLM_VERSION}.x, found {version}; "
-            f"{INSTALL_HINT}"
-        )
+    version = import_engine(
+        "vllm", adapter="vLLM", release=VLLM_VERSION, exact=False, hint=INSTALL_HINT
+    )
     try:
         checkpoint = importlib.import_module("vllm.model_executor.layers.mamba.checkpoint")
         coordinator = importlib.import_module("vllm.v1.core.kv_cache_coordinator")

@@ -43,7 +43,8 @@ not exist in vLLM, and ``make_key``/``reserve`` raise
 position is a key; ``hash_unit`` then only names which
 :class:`~reference.hashing.HashedPrompt` the index accepts.
 
-What is the adapter's own code, because vLLM has no equivalent (kept minimal):
+What is the adapter's own code, because vLLM has no equivalent (kept minimal; the parts
+the SGLang adapter shares are in :mod:`engines.index_common`):
 
 - argument checks (the typed errors of :mod:`reference.errors`); vLLM's internal API
   trusts its scheduler (``touch`` of a free block or ``free_blocks`` below zero do not
@@ -51,11 +52,11 @@ What is the adapter's own code, because vLLM has no equivalent (kept minimal):
 - reservations: vLLM caches a request's blocks when it *allocates* them
   (``KVCacheManager.allocate_slots`` calls ``coordinator.cache_blocks`` before the forward
   pass), so it has no unpublished state. The adapter caches at ``publish`` instead and
-  keeps the open reservations in two dicts, answering ``AlreadyCached(slot, False)`` for a
-  key being written (what vLLM's own timing answers, as a hit) and cancelling a
-  reservation invalidated during its write (its ``publish`` frees the block uncached and
-  returns ``False``; ``clear`` never reaches one: ``reset_prefix_cache`` refuses while
-  the writer holds the block);
+  keeps the open reservations (:class:`engines.index_common.OpenReservations`),
+  answering ``AlreadyCached(slot, False)`` for a key being written (what vLLM's own
+  timing answers, as a hit) and cancelling a reservation invalidated during its write
+  (its ``publish`` frees the block uncached and returns ``False``; ``clear`` never
+  reaches one: ``reset_prefix_cache`` refuses while the writer holds the block);
 - ``namespace``/``extras`` go into ``cache_salt`` (JSON of ``[namespace, *extras]``), which
   vLLM hashes into the first block only (``generate_block_hash_extra_keys``); chaining
   carries it to every later block.
@@ -84,6 +85,14 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from engines.index_common import (
+    OpenReservations,
+    SlotRange,
+    check_index_counts,
+    check_lookup_range,
+    check_prompt_for,
+    check_reserve_tokens,
+)
 from reference.api import (
     AlreadyCached,
     CheckpointKey,
@@ -99,21 +108,15 @@ from reference.api import (
 )
 from reference.errors import (
     AllocationTooLargeError,
-    AlreadyAbortedError,
-    AlreadyPublishedError,
     CapabilityMissingError,
-    ForeignReservationError,
     ImplementationLoadError,
     InvalidConfigError,
-    InvalidRangeError,
     InvalidTokenCountError,
     PinUnderflowError,
-    SlotOutOfRangeError,
     SlotStateError,
     UnknownPolicyError,
 )
 from reference.hashing import HashedPrompt
-from reference.index import check_cost
 
 #: The only eviction order vLLM has: ``FreeKVCacheBlockQueue`` is LRU.
 EVICTION_POLICIES = ("lru",)
@@ -124,7 +127,6 @@ HASH_ALGO = "sha256"
 #: KV cache group id of the Mamba group (the only group of the pool).
 GROUP = 0
 
-_owners = itertools.count(1)
 _requests = itertools.count()
 
 
@@ -183,9 +185,9 @@ def load_index_code() -> VllmIndexCode:
 
 @dataclass(eq=False)
 class _Open:
-    """An open reservation: the block a writer holds and the request that will cache it."""
+    """An open reservation's record: the block a writer holds and the request that will
+    cache it."""
 
-    reservation: Reservation
     block: Any  # KVCacheBlock with ref_cnt 1 (the writer's), no hash yet
     request: Any  # vllm Request of prompt[:tokens]
 
@@ -201,7 +203,7 @@ def _token_ids(tokens: object) -> list[int]:
         ) from None
 
 
-class VllmIndex:
+class VllmIndex(SlotRange):
     """A checkpoint index whose slots, keys, hits and evictions are a vLLM ``BlockPool``'s.
 
     Args:
@@ -222,12 +224,9 @@ class VllmIndex:
         hash_unit: int,
         hash_block: int,
     ) -> None:
+        super().__init__(capacity, first_slot, hash_unit)
         self._code = code
-        self._first = first_slot
-        self._capacity = capacity
-        self._unit = hash_unit
         self._block_size = hash_block
-        self._owner = next(_owners)
         # BlockPool(num_gpu_blocks, enable_caching, hash_block_size): block 0 is the null
         # block (BlockPool.__init__ pops it), blocks 1..capacity are the slots.
         self._pool = code.block_pool(capacity + 1, enable_caching=True, hash_block_size=hash_block)
@@ -238,22 +237,9 @@ class VllmIndex:
             mamba_cache_mode="align",
         )
         self._hasher = code.block_hasher(hash_block, code.hash_fn)
-        self._open_by_block: dict[int, _Open] = {}
-        self._open_by_key: dict[CheckpointKey, _Open] = {}
+        self._open: OpenReservations[_Open] = OpenReservations(invalidation=True)
 
     # --- properties ---------------------------------------------------------------------
-
-    @property
-    def first_slot(self) -> int:
-        return self._first
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def hash_unit(self) -> int:
-        return self._unit
 
     @property
     def block_pool(self) -> Any:
@@ -267,9 +253,9 @@ class VllmIndex:
 
     def slot_state(self, slot: int) -> SlotState:
         block = self._block(slot)
-        opened = self._open_by_block.get(block.block_id)
+        opened = self._open.at(slot)
         if opened is not None:
-            cancelled = opened.reservation.state is ReservationState.CANCELLED
+            cancelled = opened.state is ReservationState.CANCELLED
             return SlotState.DOOMED if cancelled else SlotState.RESERVED
         if block.block_hash is not None:
             return SlotState.PUBLISHED
@@ -279,7 +265,7 @@ class VllmIndex:
     def pins(self, slot: int) -> int:
         """The block's ``ref_cnt``, less the writer's reference of an open reservation."""
         block = self._block(slot)
-        return 0 if block.block_id in self._open_by_block else block.ref_cnt
+        return 0 if self._open.at(slot) is not None else block.ref_cnt
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -315,12 +301,7 @@ class VllmIndex:
         ends, ``free_blocks`` (``SingleTypeKVCacheManager.free``), which moves an
         unreferenced block to the tail of the free queue.
         """
-        check_count("minimum", minimum)
-        check_count("maximum", maximum)
-        if minimum > maximum:
-            raise InvalidRangeError(
-                f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
-            )
+        check_lookup_range(minimum, maximum)
         ids = self._prompt(namespace, prompt, extras)
         upper = min(maximum, len(ids))
         if upper <= minimum:
@@ -358,19 +339,13 @@ class VllmIndex:
         """
         check_count("tokens", tokens, minimum=1)
         ids = self._prompt(namespace, prompt, extras)
-        if tokens > len(ids):
-            raise InvalidTokenCountError(
-                f"tokens={tokens} exceeds the prompt length {len(ids)}; a checkpoint "
-                "cannot cover tokens the prompt does not have"
-            )
-        if cost is not None:
-            check_cost(cost, tokens)
+        check_reserve_tokens(tokens, len(ids), cost)
         self._on_grid(tokens)
         request = self._request(namespace, extras, ids[:tokens])
         key = CheckpointKey(namespace, extras, request.block_hashes[-1], tokens)
-        opened = self._open_by_key.get(key)
-        if opened is not None:
-            return AlreadyCached(opened.reservation.slot, published=False)
+        writing = self._open.writing(key)
+        if writing is not None:
+            return AlreadyCached(writing.slot, published=False)
         cached = self._pool.get_cached_block(key.digest, [GROUP])
         if cached:
             self._use(cached[0])
@@ -382,22 +357,17 @@ class VllmIndex:
                 f"all {self._capacity} blocks are held (reserved or pinned): vLLM's "
                 "BlockPool has no free block to allocate"
             )
-        reservation = Reservation(key, self._slot(block), owner=self._owner)
-        opened = _Open(reservation, block, request)
-        self._open_by_block[block.block_id] = opened
-        self._open_by_key[key] = opened
-        return reservation
+        return self._open.issue(key, self._slot(block), _Open(block, request))
 
     def publish(self, reservation: Reservation) -> bool:
         """``cache_full_blocks`` for the one block (the blocks before it are null, as in
         align mode), then ``free_blocks``: the writer lets go and the cached block joins
         the tail of the free queue as the most recent eviction candidate."""
-        opened = self._settle(reservation, "publish")
+        opened = self._open.record(reservation, "publish")
         if reservation.state is ReservationState.CANCELLED:
-            reservation.state = ReservationState.ABORTED
+            self._open.close(reservation, ReservationState.ABORTED)
             self._pool.free_blocks([opened.block])
             return False
-        del self._open_by_key[reservation.key]
         index = reservation.key.tokens // self._block_size - 1
         self._pool.cache_full_blocks(
             request=opened.request,
@@ -407,17 +377,15 @@ class VllmIndex:
             block_size=self._block_size,
             kv_cache_group_id=GROUP,
         )
-        reservation.state = ReservationState.PUBLISHED
+        self._open.close(reservation, ReservationState.PUBLISHED)
         self._pool.free_blocks([opened.block])
         return True
 
     def abort(self, reservation: Reservation) -> None:
         """``free_blocks`` of the uncached block: vLLM prepends it to the free queue
         ("LIFO reuse of non-cached blocks"), as for a request freed before caching."""
-        opened = self._settle(reservation, "abort")
-        if reservation.state is ReservationState.OPEN:
-            del self._open_by_key[reservation.key]
-        reservation.state = ReservationState.ABORTED
+        opened = self._open.record(reservation, "abort")
+        self._open.close(reservation, ReservationState.ABORTED)
         self._pool.free_blocks([opened.block])
 
     # --- pins ---------------------------------------------------------------------------
@@ -457,9 +425,7 @@ class VllmIndex:
                 f"invalidate needs a CheckpointKey, got {key!r} ({type(key).__name__}); "
                 "build it with make_key(namespace, prompt, tokens, extras)"
             )
-        opened = self._open_by_key.pop(key, None)
-        if opened is not None:
-            opened.reservation.state = ReservationState.CANCELLED
+        if self._open.cancel(key):
             return True
         if not key.digest or key.tokens % self._block_size:
             return False
@@ -478,13 +444,7 @@ class VllmIndex:
     # --- internals ----------------------------------------------------------------------
 
     def _block(self, slot: int) -> Any:
-        if isinstance(slot, bool) or not isinstance(slot, int):
-            raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
-        if not self._first <= slot < self._first + self._capacity:
-            raise SlotOutOfRangeError(
-                f"slot {slot} is outside this index's slots "
-                f"{self._first}..{self._first + self._capacity - 1}"
-            )
+        self._check_slot(slot)
         return self._pool.blocks[slot - self._first + 1]
 
     def _slot(self, block: Any) -> int:
@@ -511,14 +471,7 @@ class VllmIndex:
         if not isinstance(extras, tuple) or not all(isinstance(x, str) for x in extras):
             raise InvalidConfigError(f"extras must be a tuple of str, got {extras!r}")
         if isinstance(prompt, HashedPrompt):
-            if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, self._unit):
-                raise InvalidConfigError(
-                    f"HashedPrompt was built for namespace={prompt.namespace!r}, "
-                    f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
-                    f"namespace={namespace!r}, extras={extras!r}, unit={self._unit}; "
-                    "build it with the same namespace, extras and the index's hash_unit"
-                )
-            return prompt.tokens()
+            return check_prompt_for(prompt, namespace, extras, self._unit).tokens()
         return _token_ids(prompt)
 
     def _request(self, namespace: str, extras: tuple[str, ...], ids: list[int]) -> Any:
@@ -532,26 +485,6 @@ class VllmIndex:
             cache_salt=json.dumps([namespace, *extras]),
             block_hasher=self._hasher,
         )
-
-    def _settle(self, reservation: Reservation, verb: str) -> _Open:
-        if not isinstance(reservation, Reservation) or reservation.owner != self._owner:
-            raise ForeignReservationError(
-                f"cannot {verb} {reservation!r}: it was not issued by this index; "
-                "pass the Reservation that this index's reserve() returned"
-            )
-        if reservation.state is ReservationState.PUBLISHED:
-            raise AlreadyPublishedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
-                "published; each reservation is published or aborted exactly once"
-            )
-        if reservation.state is ReservationState.ABORTED:
-            raise AlreadyAbortedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
-                "aborted (or discarded after an invalidate); reserve again to write the key"
-            )
-        opened = self._open_by_block.pop(reservation.slot - self._first + 1)
-        assert opened.reservation is reservation
-        return opened
 
 
 def make_index(
@@ -575,14 +508,7 @@ def make_index(
         UnknownPolicyError: ``eviction`` is not ``"lru"``.
         AllocationTooLargeError: ``capacity`` above :data:`MAX_CAPACITY`.
     """
-    for name, value, low in (
-        ("capacity", capacity, 1),
-        ("first_slot", first_slot, 0),
-        ("hash_unit", hash_unit, 1),
-        ("bytes_per_slot", bytes_per_slot, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
+    check_index_counts(capacity, first_slot, hash_unit, bytes_per_slot)
     if not isinstance(eviction, str) or eviction not in EVICTION_POLICIES:
         if not isinstance(eviction, str):
             raise InvalidConfigError(

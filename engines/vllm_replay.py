@@ -68,6 +68,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engines.replay_common import ReplayRequest, longest_request, mamba2_model_fields
+
 #: The vLLM release this driver was written against.
 VLLM_VERSION = "0.33"
 #: FlashAttention's kernel block alignment on CUDA: ``get_supported_kernel_block_sizes``.
@@ -90,22 +92,6 @@ def import_vllm() -> types.ModuleType:
     if not version.startswith(VLLM_VERSION + "."):
         raise ImportError(f"engines.vllm_replay needs vllm {VLLM_VERSION}.x, found {version}")
     return vllm
-
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """One request as the engine sees it: prompt token ids and the tokens it generates.
-
-    Attributes:
-        request_id: unique id.
-        prompt_token_ids: the prompt.
-        output_token_ids: the tokens the model generates (at least one), in order; the
-            last one is sampled but never fed back (it has no KV).
-    """
-
-    request_id: str
-    prompt_token_ids: Sequence[int]
-    output_token_ids: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -156,20 +142,7 @@ class HybridModel:
                 f"attention={model.full_attention_layers})"
             )
         state = model.ssm_state_dtype if ssm_state_dtype == "model" else ssm_state_dtype
-        return cls(
-            name=model.name,
-            attention_layers=model.full_attention_layers,
-            mamba_layers=model.mamba2_layers,
-            num_kv_heads=model.num_key_value_heads,
-            head_size=model.head_dim,
-            dtype=model.dtype,
-            mamba_num_heads=model.mamba_num_heads,
-            mamba_head_dim=model.mamba_head_dim,
-            n_groups=model.mamba_n_groups,
-            ssm_state_size=model.mamba_d_state,
-            conv_kernel=model.mamba_d_conv,
-            ssm_state_dtype=state,
-        )
+        return cls(**mamba2_model_fields(model), head_size=model.head_dim, ssm_state_dtype=state)
 
 
 @dataclass
@@ -560,7 +533,7 @@ def replay(
     token_budget: int = 8192,
 ) -> tuple[list[RequestHit], PoolPlan, float]:
     """Build the manager, serve ``requests``; their hits, the pool plan, seconds taken."""
-    longest = max((len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests), default=1)
+    longest = longest_request(requests)
     started = time.perf_counter()
     engine = VllmCacheReplay(model, budget_bytes, token_budget, max_model_len=max(longest, 1) * 2)
     hits = engine.run(requests)

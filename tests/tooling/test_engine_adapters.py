@@ -15,16 +15,19 @@ here first.
 from __future__ import annotations
 
 import importlib.util
-import sys
-import types
 
 import pytest
 
 from reference.api import Implementation, Reservation
 from reference.conformance.loading import load_implementation
-from reference.errors import CapabilityMissingError, ImplementationLoadError, UnknownPolicyError
+from reference.errors import CapabilityMissingError, UnknownPolicyError
 from tests.conformance._index_helpers import MODEL, PROMPT, write
-from tests.pytest_runs import run_pytest
+from tests.tooling._engine_adapter_helpers import (
+    assert_design_seed_vectors,
+    assert_fails_to_load_saying_how,
+    assert_refuses_release,
+    assert_suite_stops_with_one_usage_error,
+)
 
 VLLM_ADAPTER = "engines.vllm_adapter:implementation"
 VLLM_TOKEN_HASH = "engines.vllm_adapter:implementation_token_hash"
@@ -41,31 +44,20 @@ needs_vllm = pytest.mark.skipif(
 
 @needs_no_vllm
 def test_the_vllm_adapter_without_vllm_fails_to_load_saying_how_to_install_it() -> None:
-    with pytest.raises(ImplementationLoadError) as caught:
-        load_implementation(VLLM_ADAPTER)
-    message = str(caught.value)
-    assert "vllm" in message and "scripts/engine-venv.sh" in message
+    assert_fails_to_load_saying_how(VLLM_ADAPTER, "vllm", "scripts/engine-venv.sh")
 
 
 def test_the_vllm_adapter_refuses_another_vllm_release(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("vllm")
-    fake.__version__ = "0.34.0"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    from engines import vllm_adapter
-
-    monkeypatch.setattr(vllm_adapter, "_cache", {})
-    with pytest.raises(ImplementationLoadError, match=r"0\.33\.x, found 0\.34\.0"):
-        vllm_adapter.implementation()
+    assert_refuses_release(
+        monkeypatch, "vllm", "0.34.0", "engines.vllm_adapter", r"0\.33\.x, found 0\.34\.0"
+    )
 
 
 @needs_no_vllm
 def test_the_suite_with_the_vllm_adapter_but_no_vllm_stops_with_one_usage_error() -> None:
-    result = run_pytest("tests/conformance/test_placement.py", "--impl", VLLM_ADAPTER)
-    output = result.stdout + result.stderr
-    assert result.returncode == 4, output[-2000:]  # pytest's usage error: nothing ran
-    assert output.count("cannot load the implementation under test") == 1
-    assert "scripts/engine-venv.sh" in output
-    assert "passed" not in output
+    assert_suite_stops_with_one_usage_error(
+        "tests/conformance/test_placement.py", VLLM_ADAPTER, "scripts/engine-venv.sh"
+    )
 
 
 @needs_vllm
@@ -91,19 +83,7 @@ def vllm_impl(request: pytest.FixtureRequest) -> Implementation:
 @needs_vllm
 def test_the_design_seed_vectors_hold_through_vllm(vllm_impl: Implementation) -> None:
     """DESIGN §3: capacity 3 from slot 4, writes at 16/32/48; capacity 2 from slot 8, LRU."""
-    index = vllm_impl.make_index(3, first_slot=4)
-    assert [write(index, PROMPT, t) for t in (16, 32, 48)] == [4, 5, 6]
-    assert index.lookup(MODEL, PROMPT, 20, 48) == (48, 6)
-    changed = list(PROMPT)
-    changed[40] = 7
-    assert index.lookup(MODEL, changed, 20, 48) == (32, 5)
-    index = vllm_impl.make_index(2, first_slot=8)
-    write(index, PROMPT, 16)
-    write(index, PROMPT, 32)
-    assert index.lookup(MODEL, PROMPT, 0, 16) == (16, 8)
-    write(index, PROMPT, 48)
-    assert index.lookup(MODEL, PROMPT, 16, 32) is None
-    assert index.lookup(MODEL, PROMPT, 32, 48) == (48, 9)
+    assert_design_seed_vectors(lambda c, first: vllm_impl.make_index(c, first_slot=first), write)
 
 
 @needs_vllm

@@ -14,24 +14,21 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import sys
-import types
 
 import pytest
 
 from reference.api import AlreadyCached, NoSlot, Reservation, SlotState
 from reference.conformance.loading import load_implementation
-from reference.errors import (
-    CapabilityMissingError,
-    ImplementationLoadError,
-    InvalidConfigError,
-    UnknownPolicyError,
+from reference.errors import CapabilityMissingError, InvalidConfigError, UnknownPolicyError
+from tests.conformance._index_helpers import MODEL, PROMPT
+from tests.tooling._engine_adapter_helpers import (
+    assert_design_seed_vectors,
+    assert_fails_to_load_saying_how,
+    assert_refuses_release,
+    assert_suite_stops_with_one_usage_error,
 )
-from tests.pytest_runs import run_pytest
 
 SGLANG_ADAPTER = "engines.sglang_adapter:implementation"
-MODEL = "model"
-PROMPT = list(range(64))
 OTHER = [1000 + i for i in range(64)]
 THIRD = [2000 + i for i in range(64)]
 
@@ -51,20 +48,14 @@ TREE_CORES = pytest.mark.parametrize("tree_core", ["rust", "python"])
 
 @needs_no_sglang
 def test_the_sglang_adapter_without_sglang_fails_to_load_saying_how_to_install_it() -> None:
-    with pytest.raises(ImplementationLoadError) as caught:
-        load_implementation(SGLANG_ADAPTER)
-    message = str(caught.value)
-    assert "sglang" in message and "scripts/engine-venv-sglang.sh" in message
+    assert_fails_to_load_saying_how(SGLANG_ADAPTER, "sglang", "scripts/engine-venv-sglang.sh")
 
 
 @needs_no_sglang
 def test_the_suite_with_the_sglang_adapter_but_no_sglang_stops_with_one_usage_error() -> None:
-    result = run_pytest("tests/conformance/test_index.py", "--impl", SGLANG_ADAPTER)
-    output = result.stdout + result.stderr
-    assert result.returncode == 4, output[-2000:]  # pytest's usage error: nothing ran
-    assert output.count("cannot load the implementation under test") == 1
-    assert "scripts/engine-venv-sglang.sh" in output
-    assert "passed" not in output
+    assert_suite_stops_with_one_usage_error(
+        "tests/conformance/test_index.py", SGLANG_ADAPTER, "scripts/engine-venv-sglang.sh"
+    )
 
 
 # --- either way -----------------------------------------------------------------------
@@ -73,14 +64,13 @@ def test_the_suite_with_the_sglang_adapter_but_no_sglang_stops_with_one_usage_er
 def test_the_sglang_adapter_refuses_another_sglang_release(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake = types.ModuleType("sglang")
-    fake.__version__ = "0.5.24"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang", fake)
-    from engines import sglang_adapter
-
-    monkeypatch.setattr(sglang_adapter, "_cache", {})
-    with pytest.raises(ImplementationLoadError, match=r"sglang 0\.5\.23, found 0\.5\.24"):
-        sglang_adapter.implementation()
+    assert_refuses_release(
+        monkeypatch,
+        "sglang",
+        "0.5.24",
+        "engines.sglang_adapter",
+        r"sglang 0\.5\.23, found 0\.5\.24",
+    )
 
 
 def test_the_sglang_adapter_has_no_placement_to_drive() -> None:
@@ -149,24 +139,9 @@ def test_the_sglang_adapter_with_sglang_loads_without_torchvision() -> None:
 def test_design_seed_vectors_through_sglang(tree_core: str) -> None:
     """DESIGN §3: capacity 3 from slot 4, writes at 16/32/48 of 0..63; capacity 2 from
     slot 8, LRU eviction of 32."""
-    index = _index(3, tree_core, first_slot=4)
-    assert (
-        index.tree_core_name
-        == {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}[tree_core]
-    )
-    assert [_write(index, PROMPT, t) for t in (16, 32, 48)] == [4, 5, 6]
-    assert index.lookup(MODEL, PROMPT, 20, 48) == (48, 6)
-    changed = list(PROMPT)
-    changed[40] = 7
-    assert index.lookup(MODEL, changed, 20, 48) == (32, 5)
-
-    index = _index(2, tree_core, first_slot=8)
-    _write(index, PROMPT, 16)
-    _write(index, PROMPT, 32)
-    assert index.lookup(MODEL, PROMPT, 0, 16) == (16, 8)
-    _write(index, PROMPT, 48)
-    assert index.lookup(MODEL, PROMPT, 16, 32) is None
-    assert index.lookup(MODEL, PROMPT, 32, 48) == (48, 9)
+    core = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}[tree_core]
+    assert _index(1, tree_core).tree_core_name == core
+    assert_design_seed_vectors(lambda c, first: _index(c, tree_core, first_slot=first), _write)
 
 
 @needs_sglang

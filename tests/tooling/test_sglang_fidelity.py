@@ -36,7 +36,7 @@ if getattr(sglang, "__version__", "") != "0.5.23":
         f"written against sglang 0.5.23, found {sglang.__version__}", allow_module_level=True
     )
 
-from engines import sglang_fidelity, sglang_replay  # noqa: E402
+from engines import fidelity_common, sglang_fidelity, sglang_replay  # noqa: E402
 from reference.conformance.loading import load_implementation  # noqa: E402
 from reference.sizes import get_model  # noqa: E402
 from sim.engine.run import run_simulation  # noqa: E402
@@ -69,10 +69,10 @@ def sglang_run(
     key = (gib, token_budget or 0)
     if key not in _runs:
         scenario = sglang_fidelity.scenario(gib * GIB, SEED, REQUESTS, token_budget=token_budget)
-        items = sglang_fidelity.workload(scenario)
+        items = fidelity_common.workload(scenario)
         replayed = sglang_replay.replay(
             model,
-            sglang_fidelity.to_replay_requests(items),
+            fidelity_common.to_replay_requests(items),
             gib * GIB,
             scenario.sim_config.token_budget,
         )
@@ -81,7 +81,7 @@ def sglang_run(
 
 
 def hyckpt_hits(config: Any, items: list[Any]) -> list[int]:
-    recorder = sglang_fidelity.HitRecorder(load_implementation("reference.impl:implementation"))
+    recorder = fidelity_common.HitRecorder(load_implementation("reference.impl:implementation"))
     run_simulation(config, iter(items), backend=recorder)
     return [recorder.hits.get(item.request_id, 0) for item in items]
 
