@@ -254,6 +254,12 @@ class MarconiPolicy:
         bootstrap_multiplier: tuning replays the first ``bootstrap_multiplier × n``
             requests, ``n`` being those seen before the first eviction (Marconi: 5).
         alpha_grid: the alphas tuning tries (Marconi: 0, 0.1, ..., 2.0).
+        free_leaf_kv: ask the engine to free, with a leaf entry, the cached KV blocks past
+            its parent entry (Marconi's ``_delete_leaf`` frees a leaf's KV with its state);
+            the policy only records :attr:`last_victim` for it.
+        prefix_kv_bytes_per_token: when > 0, an entry's bytes in its FLOP efficiency are
+            its own plus this many per token it covers, as ``evict_v2`` counts a node's
+            memory (one state and the KV of its whole sequence); 0: its own bytes only.
 
     Raises:
         InvalidConfigError: a parameter of the wrong type or out of range.
@@ -268,8 +274,28 @@ class MarconiPolicy:
         tune: bool = True,
         bootstrap_multiplier: int = 5,
         alpha_grid: tuple[float, ...] | list[float] = MARCONI_ALPHA_GRID,
+        free_leaf_kv: bool = False,
+        prefix_kv_bytes_per_token: int = 0,
     ) -> None:
         self.alpha = _check_alpha("marconi", alpha)
+        if not isinstance(free_leaf_kv, bool):
+            raise InvalidConfigError(
+                f"marconi free_leaf_kv must be true or false, got {free_leaf_kv!r}"
+            )
+        self.free_leaf_kv = free_leaf_kv
+        if (
+            isinstance(prefix_kv_bytes_per_token, bool)
+            or not isinstance(prefix_kv_bytes_per_token, int)
+            or prefix_kv_bytes_per_token < 0
+        ):
+            raise InvalidConfigError(
+                "marconi prefix_kv_bytes_per_token must be an int >= 0, got "
+                f"{prefix_kv_bytes_per_token!r}"
+            )
+        self.prefix_kv_bytes_per_token = prefix_kv_bytes_per_token
+        #: ``(slot, its parent's tokens)`` of the latest victim when it was a leaf of the
+        #: prefix forest, else ``None`` (what the engine reads with ``free_leaf_kv``).
+        self.last_victim: tuple[int, int] | None = None
         if not isinstance(tune, bool):
             raise InvalidConfigError(f"marconi tune must be true or false, got {tune!r}")
         if (
@@ -333,13 +359,19 @@ class MarconiPolicy:
         cost = self._cost[slot]
         parent = None if self._tree is None or slot not in self._tree else self._tree.parent(slot)
         base = 0.0 if parent is None else self._cost[parent].flops_saved
-        return (cost.flops_saved - base) / max(cost.bytes, 1)
+        size = cost.bytes + self.prefix_kv_bytes_per_token * cost.tokens
+        return (cost.flops_saved - base) / max(size, 1)
 
     def victim(self, evictable: Callable[[int], bool]) -> int | None:
         utilities = self.utilities(evictable)
         if not utilities:
             return None
-        return min(utilities, key=lambda slot: (utilities[slot], self._last_use[slot], slot))
+        victim = min(utilities, key=lambda slot: (utilities[slot], self._last_use[slot], slot))
+        tree, self.last_victim = self._tree, None
+        if tree is not None and victim in tree and tree.child_count(victim) == 0:
+            parent = tree.parent(victim)
+            self.last_victim = (victim, 0 if parent is None else self._cost[parent].tokens)
+        return victim
 
 
 POLICIES: dict[str, Callable[..., EvictionPolicy]] = {

@@ -29,6 +29,7 @@ from sim.engine.alpha_tuning import AlphaTuner
 from sim.engine.backends.base import Backend, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
+from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
 from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
@@ -124,6 +125,7 @@ class EngineCore:
         self.running: list[Seq] = []
         self._free_batch = list(range(config.max_num_seqs - 1, -1, -1))
         self._slot_bytes: dict[int, int] = {}
+        self._slot_prompt: dict[int, tuple[HashedPrompt, int]] = {}  # for free_leaf_kv
         self._checkpoint_bytes = 0
         self._source_next_s = math.inf  # the workload's next arrival time
         self._source_done = False
@@ -296,6 +298,7 @@ class EngineCore:
                 metrics.captures_no_slot += 1
                 return None
         metrics.captures_reserved += 1
+        self._slot_prompt[slot] = (hashed, position)
         self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
         self._slot_bytes[slot] = size
         return outcome
@@ -306,8 +309,23 @@ class EngineCore:
         if slot is None:
             return False
         self._ledger.dropped(slot)
+        self._free_leaf_kv(slot)
         self._release_bytes(slot)
         return True
+
+    def _free_leaf_kv(self, slot: int) -> None:
+        """With a policy asking ``free_leaf_kv`` (the ``marconi`` preset): when the evicted
+        checkpoint was a leaf of the prefix forest, evict the free cached KV blocks of its
+        prompt past its parent checkpoint too, as Marconi frees a leaf node's KV with its
+        state (no other checkpoint lies past them on this prompt: H1)."""
+        policy = getattr(self.index.inner, "eviction", None)
+        victim = getattr(policy, "last_victim", None)
+        if not getattr(policy, "free_leaf_kv", False) or victim is None or victim[0] != slot:
+            return
+        hashed, position = self._slot_prompt[slot]
+        block = self._block
+        digests = block_digests(hashed, position // block, self._units_per_block)
+        self._shared_pool.drop_cached(digests[victim[1] // block :])
 
     def _publish(self, reservation: Reservation) -> None:
         if self.index.publish(reservation):
@@ -338,6 +356,7 @@ class EngineCore:
     def _release_bytes(self, slot: int) -> None:
         """``slot`` holds no checkpoint any more (aborted, cancelled, evicted for memory)."""
         self._checkpoint_bytes -= self._slot_bytes.pop(slot, 0)
+        self._slot_prompt.pop(slot, None)
         if self._unified and slot in self._held_slots:
             self._held_slots.discard(slot)
             self._shared_pool.withheld -= self._slot_pages

@@ -85,6 +85,12 @@ def _marconi(model: ModelSizes) -> dict[str, object]:
         "placement.params": {"end_of_input": False},
         "placement.workload_hints": False,
         "eviction.policy": "marconi",
+        # Marconi's _delete_leaf frees a leaf node's KV with its state, and evict_v2 prices
+        # a node by one state plus the KV of its whole sequence.
+        "eviction.params": {
+            "free_leaf_kv": True,
+            "prefix_kv_bytes_per_token": kv_bytes_per_token(model),
+        },
         "cache.cache_generated": True,
         "cache.generated_state": True,
         "cache.memory": "unified" if model.full_attention_layers else "split",

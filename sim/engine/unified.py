@@ -150,8 +150,22 @@ class SharedKVPool(KVPool):
                 return False
         return True
 
-    def _evict_cached_block(self) -> None:
-        block, _ = self._cached_free.popitem(last=False)
+    def drop_cached(self, digests: Sequence[bytes]) -> int:
+        """Evict the free cached blocks registered under ``digests`` (held ones stay);
+        return how many."""
+        dropped = 0
+        for digest in digests:
+            block = self._by_digest.get(digest)
+            if block is not None and block in self._cached_free:
+                self._evict_cached_block(block)
+                dropped += 1
+        return dropped
+
+    def _evict_cached_block(self, block: int | None = None) -> None:
+        if block is None:
+            block, _ = self._cached_free.popitem(last=False)
+        else:
+            del self._cached_free[block]
         del self._freed_at[block]
         self._unregister(block)
         self._unregistered_free.append(block)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.api import Reservation
+from reference.api import EntryCost, Reservation
 from reference.errors import InvalidConfigError
 from reference.eviction import MARCONI_ALPHA_GRID, FlopAwarePolicy, MarconiPolicy
 from reference.index import ReferenceIndex
@@ -25,6 +25,8 @@ from tests.conformance._marconi_helpers import FORK, MODEL, PROMPT, cached, writ
         ({"bootstrap_multiplier": 0}, "bootstrap_multiplier must be an int >= 1"),
         ({"alpha_grid": []}, "alpha_grid must be a non-empty list"),
         ({"alpha_grid": [0.5, -2]}, "alpha_grid alpha must be a finite number >= 0"),
+        ({"free_leaf_kv": "yes"}, "free_leaf_kv must be true or false"),
+        ({"prefix_kv_bytes_per_token": -1}, "prefix_kv_bytes_per_token must be an int >= 0"),
         ({"beta": 1}, "unexpected keyword argument 'beta'"),
     ],
 )
@@ -50,6 +52,20 @@ def test_flop_aware_keeps_hyckpts_linear_formula() -> None:
     write(index, [6] * 16, 16)
     assert not cached(index, [5] * 16, 16)
     assert cached(index, PROMPT, 32) and cached(index, PROMPT, 16)
+
+
+@pytest.mark.parametrize(("prefix_kv", "victim"), [(0, 1), (10, 0)])
+def test_prefix_kv_bytes_price_an_entry_by_the_kv_of_its_whole_sequence(
+    prefix_kv: int, victim: int
+) -> None:
+    """Two roots, alpha 2: slot 0 older (recency 0) and 1,000 tokens long, slot 1 newer
+    (recency 1) and 16 long. By their own bytes slot 0 is the more efficient (3000/100 vs
+    2000/100): utilities 2 and 1, slot 1 goes. Priced as ``evict_v2`` prices a node (its
+    bytes + 10 per token): 3000/10100 vs 2000/260, utilities 0 and 3, slot 0 goes."""
+    policy = MarconiPolicy(alpha=2.0, tune=False, prefix_kv_bytes_per_token=prefix_kv)
+    policy.insert(0, EntryCost(tokens=1000, bytes=100, flops_saved=3000.0), now=0)
+    policy.insert(1, EntryCost(tokens=16, bytes=100, flops_saved=2000.0), now=1)
+    assert policy.victim(lambda slot: True) == victim
 
 
 # --- the prefix forest (reference) ------------------------------------------------------

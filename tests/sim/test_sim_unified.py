@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from reference.errors import InvalidConfigError
 from sim.engine import SimConfig, run_simulation
 from sim.engine.backends import make_backend
+from sim.engine.hits import block_digests
 from sim.engine.scheduler import Engine, StepPlan
 from sim.engine.sources import build_workload
 from sim.engine.unified import SharedKVPool
@@ -82,6 +83,23 @@ def test_a_checkpoint_replaces_one_in_place_when_the_index_is_full() -> None:
     engine = run(pages_config(10), [request("a", 1, 100, 0.0), request("b", 2, 100, 50.0)])
     assert engine.index.evictions == {"capacity": 1}
     assert engine.pool.evictions["lru"] == 3
+
+
+@pytest.mark.parametrize("free_leaf_kv", [False, True])
+def test_marconi_frees_an_evicted_leafs_kv_with_it(free_leaf_kv: bool) -> None:
+    # A, then A again (a hit at 80 refreshes its checkpoint, then its 6 blocks, released
+    # later, are newer): for C the oldest thing is checkpoint A, a leaf of the prefix
+    # forest without parent. With free_leaf_kv (the marconi preset, as Marconi's
+    # _delete_leaf) its 5 cached blocks of [0, 80) go with it; without, they stay cached,
+    # and no checkpoint can use them.
+    params = {"tune": False, "free_leaf_kv": free_leaf_kv}
+    config = pages_config(10, slots=2, eviction="marconi", eviction_params=params)
+    a_again = dataclasses.replace(request("a", 1, 100, 20.0), request_id="a/1")
+    engine = run(config, [request("a", 1, 100, 0.0), a_again, request("c", 3, 100, 50.0)])
+    hashed = request("a", 1, 100, 0.0).prompt.hashed(config.key_namespace, config.unit)
+    a_blocks = engine.pool.match(block_digests(hashed, 6, config.block_size // config.unit))
+    assert engine.metrics.hit_tokens == 80 and engine.index.evictions == {"memory": 1}
+    assert (a_blocks, engine.pool.evictions["lru"]) == ((0, 6) if free_leaf_kv else (5, 1))
 
 
 def test_a_recently_hit_checkpoint_outlives_older_cached_blocks() -> None:
