@@ -15,10 +15,11 @@ venv ``scripts/engine-venv.sh`` builds, ``.venv-engines/bin/python``):
 4. prints both token hit rates, how many requests' hits differ and the first differing
    requests with both hits.
 
-``--ssm-dtype vllm`` runs both with the SSM-state dtype vLLM 0.33 picks for Nemotron-H
-(float32, ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``) instead of hyckpt's
-bfloat16: hyckpt then gets ``[model] base = "nemotron-h-8b", ssm_state_dtype = "float32"``
-and its preset derives the block size from it.
+``--ssm-dtype vllm`` (the default) runs both with the SSM-state dtype vLLM 0.33 picks for
+Nemotron-H (float32, ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``), which
+the preset chooses too (``cache.ssm_state_dtype``) and derives the block size from;
+``--ssm-dtype model`` runs both with the model's bfloat16 (vLLM's
+``--mamba-ssm-cache-dtype bfloat16``).
 
 hyckpt's side, the workload and the command's loop are shared with
 :mod:`engines.sglang_fidelity` (:mod:`engines.fidelity_common`).

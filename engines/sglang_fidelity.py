@@ -16,10 +16,10 @@ venv ``scripts/engine-venv-sglang.sh`` builds, ``.venv-sglang/bin/python``):
 4. prints both token hit rates, how many requests' hits differ and the first differing
    requests with both hits; exit 0 when every hit agrees, 1 otherwise.
 
-``--ssm-dtype sglang`` prices the Mamba state with SGLang's default SSM dtype (float32;
-``configs/mamba_utils.py`` ``mamba2_state_dtype``) on both sides: hyckpt then gets
-``[model] base = "nemotron-h-8b", ssm_state_dtype = "float32"``. The default keeps hyckpt's
-model (bfloat16), what SGLang allocates with ``--mamba-ssm-dtype bfloat16``.
+``--ssm-dtype sglang`` (the default) prices the Mamba state with SGLang's default SSM dtype
+(float32; ``configs/mamba_utils.py`` ``mamba2_state_dtype``) on both sides, as the preset
+does (``cache.ssm_state_dtype``); ``--ssm-dtype model`` keeps the model's bfloat16 on
+both, what SGLang allocates with ``--mamba-ssm-dtype bfloat16``.
 
 hyckpt's side, the workload and the command's loop are shared with
 :mod:`engines.fidelity` (:mod:`engines.fidelity_common`).

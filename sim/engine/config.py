@@ -26,6 +26,9 @@ from sim.engine.deployment import MAX_PARALLEL, Deployment, PlanDoesNotFitError,
 MEMORY_MODES = ("split", "unified")
 #: How ``checkpoint_share`` cuts one budget into two pools (``SimConfig.checkpoint_share_rule``).
 SHARE_RULES = ("share", "sglang")
+#: Storage dtypes an engine may keep the recurrent (SSM / DeltaNet) state in
+#: (``SimConfig.ssm_state_dtype``).
+STATE_DTYPES = ("bfloat16", "float16", "float32")
 #: How a run is driven: the timed SimPy engine, or a cache-only replay in arrival order.
 MODES = ("engine", "replay")
 #: Fault switches that only a timed engine has (copy timing, preemption).
@@ -262,6 +265,9 @@ class SimConfig:
             R)`` slots of the recurrent state ``R`` alone (its Mamba pool also allocates a
             padding state, and at SGLang's page size 1 a state carries no partial page),
             and KV pages from what ``(slots + 1) * R`` leaves of the budget.
+        ssm_state_dtype: the dtype the engine stores the recurrent state in (vLLM
+            ``--mamba-ssm-cache-dtype``, SGLang ``--mamba-ssm-dtype``), replacing the
+            model's ``ssm_state_dtype`` in every size and price; ``None``: the model's.
         warmup_requests: the hit rates "after warm-up" (``totals.after_warmup``) count
             the requests admitted after this many; ``None``: after the cache first
             evicted to make room (it was full).
@@ -320,6 +326,7 @@ class SimConfig:
     workload_hints: bool = True
     checkpoint_share: float | None = None
     checkpoint_share_rule: str = "share"
+    ssm_state_dtype: str | None = None
     warmup_requests: int | None = None
     mode: str = "engine"
     memory: str = "split"
@@ -421,6 +428,11 @@ class SimConfig:
                 raise InvalidConfigError(
                     f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
                 )
+        if self.ssm_state_dtype is not None and self.ssm_state_dtype not in STATE_DTYPES:
+            raise InvalidConfigError(
+                f"SimConfig.ssm_state_dtype must be None or one of {', '.join(STATE_DTYPES)}, "
+                f"got {self.ssm_state_dtype!r}"
+            )
         if self.checkpoint_share_rule not in SHARE_RULES:
             raise InvalidConfigError(
                 f"SimConfig.checkpoint_share_rule must be one of {', '.join(SHARE_RULES)}, "
@@ -522,8 +534,12 @@ class SimConfig:
         return None
 
     def sizes(self) -> ModelSizes:
-        """The model priced: ``model_sizes``, else the preset ``model`` names."""
-        return self.model_sizes if self.model_sizes is not None else get_model(self.model)
+        """The model priced: ``model_sizes``, else the preset ``model`` names, with the
+        engine's ``ssm_state_dtype`` when one is set."""
+        model = self.model_sizes if self.model_sizes is not None else get_model(self.model)
+        if self.ssm_state_dtype is None or self.ssm_state_dtype == model.ssm_state_dtype:
+            return model
+        return dataclasses.replace(model, ssm_state_dtype=self.ssm_state_dtype)
 
     def deployment(self) -> Deployment:
         """The GPUs serving the model (:mod:`sim.engine.deployment`)."""

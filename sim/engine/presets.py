@@ -9,6 +9,7 @@ choice follows and lists what still differs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -44,9 +45,12 @@ def vllm_block_size(model: ModelSizes) -> int:
     return align * -(-state_per_layer // (align * kv_per_token_per_layer))
 
 
-def _vllm(model: ModelSizes) -> dict[str, object]:
-    block = vllm_block_size(model)
-    return {
+def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
+    dtype: dict[str, object] = {}
+    default = vllm_ssm_state_dtype(model) if choose_dtype else None
+    # The block size follows the state as vLLM stores it (float32 doubles Nemotron-H's).
+    block = vllm_block_size(_with_state_dtype(model, dtype, default))
+    return dtype | {
         "cache.block_size": block,
         "placement.policy": "vllm-retention",
         # hash_unit defaults to the run's hash unit, which is the block size unless set.
@@ -63,9 +67,11 @@ def _vllm(model: ModelSizes) -> dict[str, object]:
     }
 
 
-def _sglang(model: ModelSizes) -> dict[str, object]:
+def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO
-    return {
+    dtype: dict[str, object] = {}
+    _with_state_dtype(model, dtype, sglang_ssm_state_dtype(model) if choose_dtype else None)
+    return dtype | {
         "placement.policy": "chunk-end",
         "placement.params": {"hash_unit": 1},
         "placement.workload_hints": False,
@@ -79,7 +85,45 @@ def _sglang(model: ModelSizes) -> dict[str, object]:
     }
 
 
-def _marconi(model: ModelSizes) -> dict[str, object]:
+def vllm_ssm_state_dtype(model: ModelSizes) -> str | None:
+    """The dtype vLLM 0.33 stores ``model``'s SSM state in by default
+    (``--mamba-ssm-cache-dtype auto``), when it is not the model's own: float32 for
+    Nemotron-H (``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``,
+    ``vllm/model_executor/models/config.py``: the config's ``mamba_ssm_cache_dtype``, else
+    float32, "the only one known to have no accuracy issues"); ``None`` (the model's
+    dtype, which ``auto`` follows) otherwise. Checked by running vLLM: docs/SIMULATION.md
+    §1c."""
+    return "float32" if "nemotron-h" in model.hf_id.lower() else None
+
+
+#: Models whose SGLang 0.5.23 config prices the recurrent state with
+#: ``mamba2_state_dtype`` (``srt/configs/mamba_utils.py``: float32 unless the config or
+#: ``SGLANG_MAMBA_SSM_DTYPE`` says otherwise): ``srt/configs/nemotron_h.py``,
+#: ``falcon_h1.py``, ``qwen3_next.py`` (Hugging Face id fragments, lower case).
+SGLANG_FLOAT32_STATE_MODELS = ("nemotron-h", "falcon-h1", "qwen3-next")
+
+
+def sglang_ssm_state_dtype(model: ModelSizes) -> str | None:
+    """The dtype SGLang 0.5.23 stores ``model``'s SSM state in by default, when it is not
+    the model's own: float32 for the families of :data:`SGLANG_FLOAT32_STATE_MODELS`
+    (assuming, as the shipped descriptions record nothing else, that the checkpoint's
+    ``config.json`` names no ``mamba_ssm_dtype``); ``None`` otherwise."""
+    hf_id = model.hf_id.lower()
+    return "float32" if any(family in hf_id for family in SGLANG_FLOAT32_STATE_MODELS) else None
+
+
+def _with_state_dtype(
+    model: ModelSizes, settings: dict[str, object], dtype: str | None
+) -> ModelSizes:
+    """``model`` with the engine's state dtype, which ``settings`` then records."""
+    if dtype is None or dtype == model.ssm_state_dtype:
+        return model
+    settings["cache.ssm_state_dtype"] = dtype
+    return dataclasses.replace(model, ssm_state_dtype=dtype)
+
+
+def _marconi(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
+    # Marconi prices the model's own state: nothing to choose.
     return {
         "placement.policy": "branch",
         "placement.params": {"end_of_input": False},
@@ -105,18 +149,27 @@ class EnginePreset:
         name: the scenario-file name.
         describe: a one-line summary (for docs and ``--help``).
         build: the dotted scenario keys (``"placement.policy"``) and their values for a
-            model.
+            model, and whether the preset chooses the engine's state dtype (``False``:
+            the file set it, and the model already carries it).
     """
 
     name: str
     describe: str
-    build: Callable[[ModelSizes], dict[str, object]]
+    build: Callable[[ModelSizes, bool], dict[str, object]]
 
-    def settings(self, model: str | ModelSizes) -> Mapping[str, object]:
+    def settings(
+        self, model: str | ModelSizes, state_dtype: str | None = None, *, fixed: object = None
+    ) -> Mapping[str, object]:
         """The preset's dotted keys and values for ``model`` (a shipped model's name, or a
         model; for a deployment over several GPUs, one GPU's share of it, as an engine
-        sizes its pages per worker)."""
-        return self.build(get_model(model) if isinstance(model, str) else model)
+        sizes its pages per worker). ``fixed`` (the file's ``cache.ssm_state_dtype``, when
+        it sets one) keeps the preset from choosing the engine's default state dtype;
+        ``state_dtype`` is then the dtype the settings are computed for (``None``: the
+        model's own)."""
+        sizes = get_model(model) if isinstance(model, str) else model
+        if fixed is not None and state_dtype is not None:
+            sizes = dataclasses.replace(sizes, ssm_state_dtype=state_dtype)
+        return self.build(sizes, fixed is None)
 
 
 PRESETS: dict[str, EnginePreset] = {

@@ -560,6 +560,9 @@ def _assemble(
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
             checkpoint_share_rule=cache["checkpoint_share_rule"],
+            ssm_state_dtype=(
+                None if cache["ssm_state_dtype"] == "model" else cache["ssm_state_dtype"]
+            ),
             warmup_requests=engine["warmup_requests"],
             mode=engine["mode"],
             memory=cache["memory"],

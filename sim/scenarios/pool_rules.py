@@ -170,7 +170,11 @@ def apply_preset(
 
     deployment = tables["deployment"]
     share = shard_model(model_sizes, deployment["tensor_parallel"], deployment["pipeline_parallel"])
-    for dotted, value in PRESETS[name].settings(share).items():
+    # A state dtype the file sets is the engine's: the preset's model-dependent settings
+    # (vLLM's block size) follow it, and the preset keeps it.
+    dtype = tables["cache"]["ssm_state_dtype"] if given("cache", "ssm_state_dtype") else None
+    settings = PRESETS[name].settings(share, None if dtype == "model" else dtype, fixed=dtype)
+    for dotted, value in settings.items():
         table, key = dotted.split(".")
         # A policy's parameters go with the policy: a file that picks another policy
         # does not get the preset's parameters for it.

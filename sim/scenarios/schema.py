@@ -397,6 +397,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "how checkpoint_share cuts the budget: share (floor(budget * share / slot)) or "
             "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state)",
         ),
+        "ssm_state_dtype": Key(
+            choice(["model", "bfloat16", "float16", "float32"]),
+            "model",
+            "the dtype the engine stores the recurrent state in (vLLM "
+            "--mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype); model: the model's own",
+        ),
     },
     "engine": _SIM_ENGINE,
     "placement": {

@@ -54,8 +54,31 @@ def test_vllm_block_size_follows_vllms_page_alignment(model: str, block: int) ->
     assert vllm_block_size(get_model(model)) == block
 
 
+def test_each_engine_stores_nemotron_h_state_as_it_does_by_default() -> None:
+    # vLLM: NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype turns auto into float32
+    # (block 1040, checked by running vLLM: engines/vllm_replay.py); SGLang:
+    # mamba2_state_dtype's float32 default (38 -> 18 states at 4 GiB, engines/sglang_replay.py);
+    # Marconi prices the model's own state.
+    budget = "cache_budget_bytes = 4294967296"
+    vllm = scenario(f'[cache]\nengine = "vllm"\n{budget}').sim_config
+    assert vllm.ssm_state_dtype == "float32" and vllm.sizes().ssm_state_dtype == "float32"
+    assert (vllm.block_size, vllm.unit, vllm.unified_slot_pages()) == (1040, 1040, 6)
+    sglang = scenario(f'[cache]\nengine = "sglang"\n{budget}').sim_config
+    assert sglang.ssm_state_dtype == "float32" and sglang.checkpoint_capacity() == 18
+    marconi = scenario(f'[cache]\nengine = "marconi"\n{budget}').sim_config
+    assert marconi.ssm_state_dtype is None and marconi.sizes().ssm_state_dtype == "bfloat16"
+    # A model outside those families keeps its own dtype; the file's key wins.
+    jamba = scenario(f'[model]\nname = "jamba-v0.1"\n[cache]\nengine = "vllm"\n{budget}')
+    assert jamba.sim_config.ssm_state_dtype is None and jamba.sim_config.block_size == 80
+    bf16 = f'[cache]\nengine = "vllm"\nssm_state_dtype = "bfloat16"\n{budget}'
+    assert scenario(bf16).sim_config.block_size == 528
+
+
 def test_each_preset_sets_its_engines_settings() -> None:
-    vllm = scenario('[cache]\nengine = "vllm"\ncache_budget_bytes = 4294967296').sim_config
+    # With the state in bfloat16 (vLLM --mamba-ssm-cache-dtype bfloat16, SGLang
+    # --mamba-ssm-dtype bfloat16), as the fidelity checks' default runs compare.
+    bf16 = 'ssm_state_dtype = "bfloat16"\ncache_budget_bytes = 4294967296'
+    vllm = scenario(f'[cache]\nengine = "vllm"\n{bf16}').sim_config
     assert (vllm.block_size, vllm.unit, vllm.placement, vllm.eviction) == (
         528,
         528,
@@ -75,7 +98,7 @@ def test_each_preset_sets_its_engines_settings() -> None:
     )
     assert not none.sim_config.capture_all and not none.sim_config.keep_block_copies
     assert none.sim_config.unified_slot_pages() == 7  # block-floor: partial page kept
-    sglang = scenario('[cache]\nengine = "sglang"\ncache_budget_bytes = 4294967296').sim_config
+    sglang = scenario(f'[cache]\nengine = "sglang"\n{bf16}').sim_config
     assert (sglang.placement, sglang.placement_arguments()) == ("chunk-end", {"hash_unit": 1})
     assert sglang.memory == "split" and sglang.generated_state
     share = SGLANG_MAMBA_FULL_MEMORY_RATIO / (1 + SGLANG_MAMBA_FULL_MEMORY_RATIO)

@@ -58,13 +58,21 @@ def test_vllm_lays_out_the_budget_as_the_preset_says(at_2_gib: fidelity.Comparis
     assert scenario.sim_config.unified_slot_pages() == 6
 
 
-def test_vllm_serves_nemotron_h_state_in_float32_by_default() -> None:
+def test_the_preset_stores_nemotron_h_state_as_vllm_does_by_default() -> None:
     """vLLM's own default (no ``--mamba-ssm-cache-dtype``) doubles the state and the block
-    size: the preset's 528 holds for a bfloat16 state only."""
+    size (528 holds for a bfloat16 state only); the preset, left to its default, lays the
+    budget out the same way."""
     model = vllm_replay.HybridModel.from_hyckpt(get_model("nemotron-h-8b"), ssm_state_dtype=None)
     plan = vllm_replay.VllmCacheReplay(model, 2 * GIB).plan
     assert plan.ssm_state_dtype == "float32"
     assert plan.block_size == 1040 and plan.num_blocks == 126
+    config = fidelity.build_scenario("vllm", 2 * GIB, 1, REQUESTS).sim_config
+    assert config.sizes().ssm_state_dtype == "float32"
+    assert (config.block_size, config.unified_pages(), config.unified_slot_pages()) == (
+        1040,
+        126,
+        6,
+    )
 
 
 def test_hits_are_equal_request_by_request_without_pressure(
