@@ -9,11 +9,10 @@ reservation either (vLLM caches a request's blocks when it allocates them, SGLan
 kept here once:
 
 - the slot range and hash unit every index reports, and the check of a slot argument
-  against it (:class:`SlotRange`, :func:`check_slot`);
-- argument checks worded as the reference index words them (:func:`check_lookup_range`,
-  :func:`check_reserve_tokens`, :func:`check_prompt_for`, :func:`hashed_prompt`); the
-  checks the reference already exposes are imported from it
-  (:func:`reference.api.check_count`, :func:`reference.index.check_cost`);
+  against it (:class:`SlotRange`); the argument checks themselves are the reference
+  index's own (:mod:`reference.index`: ``check_slot``, ``check_lookup_range``,
+  ``check_reserve_tokens``, ``hashed_prompt``, ``check_unsettled``; and
+  :func:`reference.api.check_count`), so the engines' errors read as the reference's;
 - the table of open reservations (:class:`OpenReservations`): who issued a handle, the
   slot it holds, the key being written, settling a handle exactly once;
 - what ``make_index`` and the loaders check before any engine code runs
@@ -30,111 +29,20 @@ from typing import Generic, TypeVar
 
 from reference.api import (
     CheckpointKey,
-    EntryCost,
-    PromptLike,
     Reservation,
     ReservationState,
-    check_count,
 )
 from reference.errors import (
-    AlreadyAbortedError,
-    AlreadyPublishedError,
-    ForeignReservationError,
     ImplementationLoadError,
     InvalidConfigError,
-    InvalidRangeError,
-    InvalidTokenCountError,
-    SlotOutOfRangeError,
 )
-from reference.hashing import HashedPrompt
-from reference.index import check_cost
+from reference.index import check_slot, check_unsettled
 
 #: Issuers of reservation handles, one per engine index (``Reservation.owner``).
 _owners = itertools.count(1)
 
 #: What an engine index keeps for an open reservation (the engine's own record).
 W = TypeVar("W")
-
-
-# --- argument checks --------------------------------------------------------------------
-
-
-def check_slot(slot: object, first_slot: int, capacity: int) -> int:
-    """Return ``slot`` if it is one of the index's slots ``first_slot .. first_slot +
-    capacity - 1`` (the reference index's check, for ``slot_state``/``pins``/``pin``...).
-
-    Raises:
-        SlotOutOfRangeError: ``slot`` is not an int, or outside the index.
-    """
-    if isinstance(slot, bool) or not isinstance(slot, int):
-        raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
-    if not first_slot <= slot < first_slot + capacity:
-        raise SlotOutOfRangeError(
-            f"slot {slot} is outside this index's slots {first_slot}..{first_slot + capacity - 1}"
-        )
-    return slot
-
-
-def check_lookup_range(minimum: int, maximum: int) -> None:
-    """The bounds of ``lookup``: two token counts with ``minimum <= maximum``.
-
-    Raises:
-        InvalidTokenCountError: a bound is not an int ``>= 0``.
-        InvalidRangeError: ``minimum > maximum``.
-    """
-    check_count("minimum", minimum)
-    check_count("maximum", maximum)
-    if minimum > maximum:
-        raise InvalidRangeError(
-            f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
-        )
-
-
-def check_reserve_tokens(tokens: int, prompt_length: int, cost: EntryCost | None) -> None:
-    """What ``reserve`` checks once the prompt is read (``tokens`` already passed
-    ``check_count(..., minimum=1)``): the checkpoint lies inside the prompt, and a given
-    ``cost`` describes it (:func:`reference.index.check_cost`).
-
-    Raises:
-        InvalidTokenCountError: ``tokens`` exceeds the prompt.
-        InvalidConfigError: ``cost`` is not a valid :class:`EntryCost` for ``tokens``.
-    """
-    if tokens > prompt_length:
-        raise InvalidTokenCountError(
-            f"tokens={tokens} exceeds the prompt length {prompt_length}; a checkpoint "
-            "cannot cover tokens the prompt does not have"
-        )
-    if cost is not None:
-        check_cost(cost, tokens)
-
-
-def check_prompt_for(
-    prompt: HashedPrompt, namespace: str, extras: tuple[str, ...], unit: int
-) -> HashedPrompt:
-    """Return ``prompt`` if it was hashed for this call's namespace and extras and the
-    index's hash unit (as the reference index checks a :class:`HashedPrompt`).
-
-    Raises:
-        InvalidConfigError: it was built for another namespace, extras or unit.
-    """
-    if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, unit):
-        raise InvalidConfigError(
-            f"HashedPrompt was built for namespace={prompt.namespace!r}, "
-            f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
-            f"namespace={namespace!r}, extras={extras!r}, unit={unit}; "
-            "build it with the same namespace, extras and the index's hash_unit"
-        )
-    return prompt
-
-
-def hashed_prompt(
-    prompt: PromptLike, namespace: str, extras: tuple[str, ...], unit: int
-) -> HashedPrompt:
-    """``prompt`` as a :class:`HashedPrompt` for an index of hash unit ``unit`` (checked
-    by :func:`check_prompt_for` if it already is one)."""
-    if isinstance(prompt, HashedPrompt):
-        return check_prompt_for(prompt, namespace, extras, unit)
-    return HashedPrompt(prompt, namespace=namespace, extras=extras, unit=unit)
 
 
 # --- slots and reservations -------------------------------------------------------------
@@ -213,22 +121,7 @@ class OpenReservations(Generic[W]):
         Raises:
             ForeignReservationError, AlreadyPublishedError, AlreadyAbortedError.
         """
-        if not isinstance(reservation, Reservation) or reservation.owner != self.owner:
-            raise ForeignReservationError(
-                f"cannot {verb} {reservation!r}: it was not issued by this index; "
-                "pass the Reservation that this index's reserve() returned"
-            )
-        if reservation.state is ReservationState.PUBLISHED:
-            raise AlreadyPublishedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
-                "published; each reservation is published or aborted exactly once"
-            )
-        if reservation.state is ReservationState.ABORTED:
-            how = "aborted (or discarded after an invalidate)" if self._invalidation else "aborted"
-            raise AlreadyAbortedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
-                f"{how}; reserve again to write the key"
-            )
+        check_unsettled(reservation, self.owner, verb, discarded_by_invalidate=self._invalidation)
         held, record = self._by_slot[reservation.slot]
         assert held is reservation
         return record

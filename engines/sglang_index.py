@@ -55,13 +55,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from engines.index_common import (
-    OpenReservations,
-    SlotRange,
-    check_lookup_range,
-    check_reserve_tokens,
-    hashed_prompt,
-)
+from engines.index_common import OpenReservations, SlotRange
 from reference.api import (
     AlreadyCached,
     CheckpointKey,
@@ -82,6 +76,7 @@ from reference.errors import (
     SlotStateError,
 )
 from reference.hashing import HashedPrompt
+from reference.index import check_lookup_range, check_reserve_tokens, hashed_prompt
 
 #: SGLang's Mamba pool index of the first real slot (0 is the dummy write target).
 SGLANG_FIRST_MAMBA_INDEX = 1

@@ -85,14 +85,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from engines.index_common import (
-    OpenReservations,
-    SlotRange,
-    check_index_counts,
-    check_lookup_range,
-    check_prompt_for,
-    check_reserve_tokens,
-)
+from engines.index_common import OpenReservations, SlotRange, check_index_counts
 from reference.api import (
     AlreadyCached,
     CheckpointKey,
@@ -117,6 +110,7 @@ from reference.errors import (
     UnknownPolicyError,
 )
 from reference.hashing import HashedPrompt
+from reference.index import check_lookup_range, check_reserve_tokens, hashed_prompt
 
 #: The only eviction order vLLM has: ``FreeKVCacheBlockQueue`` is LRU.
 EVICTION_POLICIES = ("lru",)
@@ -471,7 +465,7 @@ class VllmIndex(SlotRange):
         if not isinstance(extras, tuple) or not all(isinstance(x, str) for x in extras):
             raise InvalidConfigError(f"extras must be a tuple of str, got {extras!r}")
         if isinstance(prompt, HashedPrompt):
-            return check_prompt_for(prompt, namespace, extras, self._unit).tokens()
+            return hashed_prompt(prompt, namespace, extras, self._unit).tokens()
         return _token_ids(prompt)
 
     def _request(self, namespace: str, extras: tuple[str, ...], ids: list[int]) -> Any:

@@ -162,6 +162,104 @@ def check_cost(cost: object, tokens: int) -> EntryCost:
     return cost
 
 
+def check_slot(slot: object, first_slot: int, capacity: int) -> int:
+    """Return ``slot`` if it is one of the slots ``first_slot .. first_slot + capacity - 1``.
+
+    Raises:
+        SlotOutOfRangeError: ``slot`` is not an int, or outside the index.
+    """
+    if isinstance(slot, bool) or not isinstance(slot, int):
+        raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
+    if not first_slot <= slot < first_slot + capacity:
+        raise SlotOutOfRangeError(
+            f"slot {slot} is outside this index's slots {first_slot}..{first_slot + capacity - 1}"
+        )
+    return slot
+
+
+def check_lookup_range(minimum: int, maximum: int) -> None:
+    """The bounds of ``lookup``: two token counts with ``minimum <= maximum``.
+
+    Raises:
+        InvalidTokenCountError: a bound is not an int ``>= 0``.
+        InvalidRangeError: ``minimum > maximum``.
+    """
+    check_count("minimum", minimum)
+    check_count("maximum", maximum)
+    if minimum > maximum:
+        raise InvalidRangeError(
+            f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
+        )
+
+
+def check_reserve_tokens(tokens: int, prompt_length: int, cost: EntryCost | None) -> None:
+    """What ``reserve`` checks once the prompt is read (``tokens`` already passed
+    ``check_count("tokens", tokens, minimum=1)``): the checkpoint lies inside the prompt,
+    and a given ``cost`` describes it (:func:`check_cost`).
+
+    Raises:
+        InvalidTokenCountError: ``tokens`` exceeds the prompt.
+        InvalidConfigError: ``cost`` is not a valid :class:`EntryCost` for ``tokens``.
+    """
+    if tokens > prompt_length:
+        raise InvalidTokenCountError(
+            f"tokens={tokens} exceeds the prompt length {prompt_length}; a checkpoint "
+            "cannot cover tokens the prompt does not have"
+        )
+    if cost is not None:
+        check_cost(cost, tokens)
+
+
+def hashed_prompt(
+    prompt: PromptLike, namespace: str, extras: tuple[str, ...], unit: int
+) -> HashedPrompt:
+    """``prompt`` as a :class:`HashedPrompt` for an index of hash unit ``unit``.
+
+    Raises:
+        InvalidConfigError: ``prompt`` is a :class:`HashedPrompt` built for another
+            namespace, extras or unit.
+    """
+    if not isinstance(prompt, HashedPrompt):
+        return HashedPrompt(prompt, namespace=namespace, extras=extras, unit=unit)
+    if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, unit):
+        raise InvalidConfigError(
+            f"HashedPrompt was built for namespace={prompt.namespace!r}, "
+            f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
+            f"namespace={namespace!r}, extras={extras!r}, unit={unit}; "
+            "build it with the same namespace, extras and the index's hash_unit"
+        )
+    return prompt
+
+
+def check_unsettled(
+    reservation: object, owner: int, verb: str, *, discarded_by_invalidate: bool = True
+) -> Reservation:
+    """Return ``reservation`` if the index with issuer id ``owner`` issued it and it is
+    neither published nor aborted yet (``verb``: ``"publish"`` or ``"abort"``, for the
+    error; ``discarded_by_invalidate``: the index's ``invalidate`` can abort a handle).
+
+    Raises:
+        ForeignReservationError, AlreadyPublishedError, AlreadyAbortedError.
+    """
+    if not isinstance(reservation, Reservation) or reservation.owner != owner:
+        raise ForeignReservationError(
+            f"cannot {verb} {reservation!r}: it was not issued by this index; "
+            "pass the Reservation that this index's reserve() returned"
+        )
+    if reservation.state is ReservationState.PUBLISHED:
+        raise AlreadyPublishedError(
+            f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
+            "published; each reservation is published or aborted exactly once"
+        )
+    if reservation.state is ReservationState.ABORTED:
+        how = "aborted (or discarded after an invalidate)" if discarded_by_invalidate else "aborted"
+        raise AlreadyAbortedError(
+            f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
+            f"{how}; reserve again to write the key"
+        )
+    return reservation
+
+
 class ReferenceIndex:
     """Checkpoint index over slots ``first_slot .. first_slot + capacity - 1``.
 
@@ -308,16 +406,7 @@ class ReferenceIndex:
         self, namespace: str, prompt: PromptLike, extras: tuple[str, ...] = ()
     ) -> HashedPrompt:
         """``prompt`` as a :class:`HashedPrompt` for this index (checked if it already is one)."""
-        if isinstance(prompt, HashedPrompt):
-            if (prompt.namespace, prompt.extras, prompt.unit) != (namespace, extras, self._unit):
-                raise InvalidConfigError(
-                    f"HashedPrompt was built for namespace={prompt.namespace!r}, "
-                    f"extras={prompt.extras!r}, unit={prompt.unit}, but the call is for "
-                    f"namespace={namespace!r}, extras={extras!r}, unit={self._unit}; "
-                    "build it with the same namespace, extras and the index's hash_unit"
-                )
-            return prompt
-        return HashedPrompt(prompt, namespace=namespace, extras=extras, unit=self._unit)
+        return hashed_prompt(prompt, namespace, extras, self._unit)
 
     def make_key(
         self, namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...] = ()
@@ -345,12 +434,7 @@ class ReferenceIndex:
             InvalidTokenCountError: ``minimum`` or ``maximum`` is negative or not an int.
             InvalidRangeError: ``minimum > maximum``.
         """
-        check_count("minimum", minimum)
-        check_count("maximum", maximum)
-        if minimum > maximum:
-            raise InvalidRangeError(
-                f"lookup range ({minimum}, {maximum}] is reversed: minimum must be <= maximum"
-            )
+        check_lookup_range(minimum, maximum)
         hashed = self.hashed(namespace, prompt, extras)
         entry = self._longest_published(namespace, extras, hashed, minimum, maximum)
         if entry is None:
@@ -412,13 +496,7 @@ class ReferenceIndex:
         """
         check_count("tokens", tokens, minimum=1)
         hashed = self.hashed(namespace, prompt, extras)
-        if tokens > len(hashed):
-            raise InvalidTokenCountError(
-                f"tokens={tokens} exceeds the prompt length {len(hashed)}; a checkpoint "
-                "cannot cover tokens the prompt does not have"
-            )
-        if cost is not None:
-            check_cost(cost, tokens)
+        check_reserve_tokens(tokens, len(hashed), cost)
         key = CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
         existing = self._by_key.get(key)
         if existing is not None:
@@ -591,31 +669,10 @@ class ReferenceIndex:
         return self._clock
 
     def _entry_at(self, slot: int) -> _Entry | None:
-        if isinstance(slot, bool) or not isinstance(slot, int):
-            raise SlotOutOfRangeError(f"slot must be an int, got {slot!r}")
-        if not self._first <= slot < self._first + self._capacity:
-            raise SlotOutOfRangeError(
-                f"slot {slot} is outside this index's slots "
-                f"{self._first}..{self._first + self._capacity - 1}"
-            )
-        return self._slots[slot - self._first]
+        return self._slots[check_slot(slot, self._first, self._capacity) - self._first]
 
     def _open_entry(self, reservation: Reservation, verb: str) -> _Entry:
-        if not isinstance(reservation, Reservation) or reservation.owner != self._owner:
-            raise ForeignReservationError(
-                f"cannot {verb} {reservation!r}: it was not issued by this index; "
-                "pass the Reservation that this index's reserve() returned"
-            )
-        if reservation.state is ReservationState.PUBLISHED:
-            raise AlreadyPublishedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it is already "
-                "published; each reservation is published or aborted exactly once"
-            )
-        if reservation.state is ReservationState.ABORTED:
-            raise AlreadyAbortedError(
-                f"cannot {verb} the reservation of slot {reservation.slot}: it was already "
-                "aborted (or discarded after an invalidate); reserve again to write the key"
-            )
+        check_unsettled(reservation, self._owner, verb)
         entry = self._slots[reservation.slot - self._first]
         assert entry is not None and entry.reservation is reservation
         return entry

@@ -29,66 +29,22 @@ TRITON_VERSION="3.9.0"
 XGRAMMAR_VERSION="0.2.7"        # sglang 0.5.23 pins these two
 TVM_FFI_VERSION="0.1.11"
 
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
-  || { echo "engine-venv-sglang: needs Python 3.11 or newer ($PYTHON)" >&2; exit 1; }
-
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-
-CONSTRAINTS="$(mktemp)"
-REQS="$(mktemp)"
-trap 'rm -f "$CONSTRAINTS" "$REQS"' EXIT
-printf 'torch==%s\n' "$TORCH_VERSION" > "$CONSTRAINTS"
-
-echo "== torch $TORCH_VERSION (CPU)"
-"${PIP[@]}" install "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-"$VENV/bin/python" - <<'PY'
-import torch
-if torch.version.cuda is not None:
-    raise SystemExit(f"engine-venv-sglang: torch {torch.__version__} is a CUDA build; "
-                     "set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu")
-print("torch", torch.__version__)
-PY
+TAG="engine-venv-sglang"
+# shellcheck source=scripts/engine-venv-lib.sh
+source "$ROOT/scripts/engine-venv-lib.sh"
+engine_venv_start
 
 echo "== sglang $SGLANG_VERSION (wheel only)"
 "${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION"
-
-echo "== sglang's pure-Python requirements"
-"${PIP[@]}" install packaging
-"$VENV/bin/python" - "$REQS" <<'PY'
-import sys
-from importlib.metadata import requires
-
-from packaging.requirements import Requirement
 
 # Handled separately: torch is in already; triton, xgrammar and apache-tvm-ffi go in below
 # with --no-deps; torchvision cannot load beside the CPU torch (the adapter stubs it).
 # GPU-only (CUDA kernels, CUDA bindings) or pulling torchvision/a CUDA torch: left out;
 # none of them is imported by the radix cache and the memory pools the adapter drives.
-SKIP = {
-    "torch", "torchvision", "torchaudio", "torchcodec", "triton", "xgrammar",
-    "apache-tvm-ffi", "cuda-python", "flash-attn-4", "flashinfer-python",
-    "humming-kernels", "kernels", "nvshmem4py-cu13", "quack-kernels", "sgl-deep-ep",
-    "sgl-deep-gemm", "sgl-flash-mla", "sglang-kernel", "tilelang", "torch-memory-saver",
-    "timm", "deepseek-recipe", "tml-renderers", "py-spy",
-}
-out = []
-for line in requires("sglang") or []:
-    req = Requirement(line)
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue
-    name = req.name.lower().replace("_", "-")
-    if name in SKIP or name.startswith("nvidia-"):
-        continue
-    req.marker = None
-    req.extras = set()
-    out.append(str(req))
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-print(len(out), "requirements")
-PY
-"${PIP[@]}" install -r "$REQS" -c "$CONSTRAINTS"
+engine_requirements sglang 1 torch torchvision torchaudio torchcodec triton xgrammar \
+  apache-tvm-ffi cuda-python flash-attn-4 flashinfer-python humming-kernels kernels \
+  nvshmem4py-cu13 quack-kernels sgl-deep-ep sgl-deep-gemm sgl-flash-mla sglang-kernel \
+  tilelang torch-memory-saver timm deepseek-recipe tml-renderers py-spy
 "${PIP[@]}" install --no-deps "triton==$TRITON_VERSION" \
   "xgrammar==$XGRAMMAR_VERSION" "apache-tvm-ffi==$TVM_FFI_VERSION"
 
@@ -101,10 +57,7 @@ echo "== no torchvision"
 sys.exit(importlib.util.find_spec("torchvision") is not None)' \
   || { echo "engine-venv-sglang: torchvision got installed; remove it" >&2; exit 1; }
 
-echo "== this project (editable, no deps) and its pure deps"
-"${PIP[@]}" install -c "$CONSTRAINTS" "tqdm>=4.66" "numpy>=1.26" "simpy>=4.1" \
-  "matplotlib>=3.8" "pytest>=8" "hypothesis>=6.100" "pytest-timeout>=2.3"
-"${PIP[@]}" install --no-deps -e "$ROOT"
+engine_venv_project
 
 echo "== check"
 (cd "$ROOT" && PYTHONPATH="$ROOT" "$VENV/bin/python" - <<'PY'

@@ -125,7 +125,11 @@ class EngineCore:
         self.running: list[Seq] = []
         self._free_batch = list(range(config.max_num_seqs - 1, -1, -1))
         self._slot_bytes: dict[int, int] = {}
-        self._slot_prompt: dict[int, tuple[HashedPrompt, int]] = {}  # for free_leaf_kv
+        # The marconi policy's free_leaf_kv: the policy (it names each leaf victim) and,
+        # only then, each reserved slot's prompt and position.
+        policy = getattr(inner, "eviction", None)
+        self._leaf_kv_policy = policy if getattr(policy, "free_leaf_kv", False) else None
+        self._slot_prompt: dict[int, tuple[HashedPrompt, int]] = {}
         self._checkpoint_bytes = 0
         self._source_next_s = math.inf  # the workload's next arrival time
         self._source_done = False
@@ -298,7 +302,8 @@ class EngineCore:
                 metrics.captures_no_slot += 1
                 return None
         metrics.captures_reserved += 1
-        self._slot_prompt[slot] = (hashed, position)
+        if self._leaf_kv_policy is not None:
+            self._slot_prompt[slot] = (hashed, position)
         self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
         self._slot_bytes[slot] = size
         return outcome
@@ -318,9 +323,10 @@ class EngineCore:
         checkpoint was a leaf of the prefix forest, evict the free cached KV blocks of its
         prompt past its parent checkpoint too, as Marconi frees a leaf node's KV with its
         state (no other checkpoint lies past them on this prompt: H1)."""
-        policy = getattr(self.index.inner, "eviction", None)
-        victim = getattr(policy, "last_victim", None)
-        if not getattr(policy, "free_leaf_kv", False) or victim is None or victim[0] != slot:
+        if self._leaf_kv_policy is None:
+            return
+        victim = self._leaf_kv_policy.last_victim
+        if victim is None or victim[0] != slot:
             return
         hashed, position = self._slot_prompt[slot]
         block = self._block
