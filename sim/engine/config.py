@@ -349,6 +349,11 @@ class SimConfig:
         _check_float(owner, "allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0)
         if not _check_float(owner, "link_efficiency", self.link_efficiency, 0.0, 1.0) > 0:
             raise InvalidConfigError("SimConfig.link_efficiency must be > 0")
+        if self.ssm_state_dtype is not None and self.ssm_state_dtype not in STATE_DTYPES:
+            raise InvalidConfigError(
+                f"SimConfig.ssm_state_dtype must be None or one of {', '.join(STATE_DTYPES)}, "
+                f"got {self.ssm_state_dtype!r}"
+            )
         try:
             shard_model(self.sizes(), self.tensor_parallel, self.pipeline_parallel)
         except InvalidConfigError as error:
@@ -428,11 +433,6 @@ class SimConfig:
                 raise InvalidConfigError(
                     f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
                 )
-        if self.ssm_state_dtype is not None and self.ssm_state_dtype not in STATE_DTYPES:
-            raise InvalidConfigError(
-                f"SimConfig.ssm_state_dtype must be None or one of {', '.join(STATE_DTYPES)}, "
-                f"got {self.ssm_state_dtype!r}"
-            )
         if self.checkpoint_share_rule not in SHARE_RULES:
             raise InvalidConfigError(
                 f"SimConfig.checkpoint_share_rule must be one of {', '.join(SHARE_RULES)}, "

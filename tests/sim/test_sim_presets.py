@@ -13,6 +13,7 @@ import tomllib
 
 import pytest
 
+from reference.errors import InvalidConfigError
 from reference.sizes import get_model
 from sim.engine import SimConfig
 from sim.engine.presets import PRESETS, SGLANG_MAMBA_FULL_MEMORY_RATIO, vllm_block_size
@@ -144,6 +145,35 @@ def test_contradictory_settings_name_the_key(text: str, key: str, says: str) -> 
     with pytest.raises(ScenarioError) as caught:
         scenario("[cache]\n" + text)
     assert caught.value.key == key and says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('ssm_state_dtype = "fp8"', "cache.ssm_state_dtype"),
+        ('checkpoint_share_rule = "vllm"', "cache.checkpoint_share_rule"),
+        ("capture_all = 1", "cache.capture_all"),
+        ('keep_block_copies = "yes"', "cache.keep_block_copies"),
+    ],
+)
+def test_bad_values_of_the_engine_keys_name_the_key(text: str, key: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        scenario("[cache]\n" + text)
+    assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("ssm_state_dtype", "fp8", "ssm_state_dtype must be None or one of bfloat16"),
+        ("checkpoint_share_rule", "vllm", "checkpoint_share_rule must be one of share, sglang"),
+        ("capture_all", 1, "capture_all must be a bool"),
+        ("keep_block_copies", "yes", "keep_block_copies must be a bool"),
+    ],
+)
+def test_simconfig_refuses_bad_engine_fields(field: str, value: object, says: str) -> None:
+    with pytest.raises(InvalidConfigError, match=says):
+        SimConfig(**{field: value})
 
 
 def test_a_preset_caching_answers_runs_on_real_tensors_too() -> None:
