@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -62,12 +63,7 @@ from reference.model.hybrid import PrefillResult, SpeculateResult, TinyHybrid
 from reference.model.init import DTYPE
 from reference.model.layer import LayerView
 from reference.model.mamba2 import Mamba2Mixer
-from reference.model.norms import (
-    gated_rms_norm_gate_first,
-    gated_rms_norm_norm_first,
-    rms_norm,
-)
-from reference.model.paging import read_rows, write_rows
+from reference.model.norms import l2_normalize
 from reference.model.rotary import rotary_angles
 from reference.model.swa import SlidingWindowAttention, ring_positions
 from reference.model.threads import single_threaded
@@ -97,6 +93,13 @@ def _apart(x: torch.Tensor) -> torch.Tensor:
     return rows.view(x.shape)
 
 
+def _apart_empty(count: int, *shape: int) -> torch.Tensor:
+    """An uninitialised ``[count, *shape]`` laid out as :func:`_apart` lays out its
+    result: the ``out=`` of an elementwise operation whose result a transcendental
+    function reads next (saves :func:`_apart`'s copy)."""
+    return _rows(count, math.prod(shape)).view(count, *shape)
+
+
 def _aligned(x: torch.Tensor) -> bool:
     return (
         x.dim() == 2
@@ -110,47 +113,99 @@ def _linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``[T, in] -> [T, out]``, row ``t`` bitwise ``linear(x[t], weight)``: one
     ``torch.mv`` per row, on a row aligned as a fresh tensor is (MKL's result depends on
     the alignment)."""
-    if x.shape[0] == 1 and x.stride(1) == 1 and x.data_ptr() % (8 * _ALIGN) == 0:
-        return torch.mv(weight, x[0])[None]
-    source = x if _aligned(x) else _apart(x)
-    out = _rows(x.shape[0], weight.shape[0])
-    for row, result in zip(source.unbind(0), out.unbind(0), strict=True):
-        torch.mv(weight, row, out=result)
+    (out,) = _linear_many(x, weight)
     return out
+
+
+def _linear_many(x: torch.Tensor, *weights: torch.Tensor) -> list[torch.Tensor]:
+    """:func:`_linear_rows` of ``x`` with each of ``weights``, the rows taken once."""
+    if x.shape[0] == 1 and x.stride(1) == 1 and x.data_ptr() % (8 * _ALIGN) == 0:
+        row = x[0]
+        return [torch.mv(weight, row)[None] for weight in weights]
+    rows = (x if _aligned(x) else _apart(x)).unbind(0)
+    # ``map`` keeps the per-row loop in C; ``stack`` copies the fresh results (exact).
+    return [torch.stack(list(map(torch.mv, repeat(weight), rows))) for weight in weights]
+
+
+def _mean_last(x: torch.Tensor) -> torch.Tensor:
+    """``x.mean(dim=-1, keepdim=True)`` as ATen computes it on the CPU (a sum, then a
+    division by the count), without ``mean``'s copies (the count as a float is the
+    same divisor; as an int it would be wrapped and converted on every call)."""
+    return x.sum(dim=-1, keepdim=True).div_(float(x.shape[-1]))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`reference.model.norms.rms_norm`, bitwise (:func:`_mean_last`; the
+    operations on the fresh mean run in place)."""
+    return x * _mean_last(x.pow(2)).add_(eps).rsqrt_() * weight
+
+
+def _rms_norm_pair(
+    a: torch.Tensor, b: torch.Tensor, weight_a: torch.Tensor, weight_b: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """``cat((rms_norm(a, weight_a), rms_norm(b, weight_b)), -1)`` for ``a, b [T, d]``,
+    both normalised in one pass (each row is still reduced on its own)."""
+    pair = torch.stack((a, b), dim=1)  # [T, 2, d]
+    normed = pair * _mean_last(pair.pow(2)).add_(eps).rsqrt_() * torch.stack((weight_a, weight_b))
+    return normed.reshape(a.shape[0], -1)
+
+
+def gated_rms_norm_gate_first(
+    y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int
+) -> torch.Tensor:
+    """:func:`reference.model.norms.gated_rms_norm_gate_first`, bitwise."""
+    gated = y * F.silu(z)
+    lead = gated.shape[:-1]
+    grouped = gated.reshape(*lead, -1, group_size)
+    normed = grouped * torch.rsqrt(_mean_last(grouped.pow(2)) + eps)
+    return normed.reshape(*lead, -1) * weight
+
+
+def gated_rms_norm_norm_first(
+    o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """:func:`reference.model.norms.gated_rms_norm_norm_first`, bitwise."""
+    return rms_norm(o, weight, eps) * F.silu(z)
 
 
 _ROTARY: dict[tuple[int, float], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _rotary(positions: Sequence[int], head_dim: int, theta: float) -> tuple[torch.Tensor, ...]:
-    """``(cos, sin)`` ``[T, 1, head_dim / 2]`` for ``positions``: row ``t`` bitwise what
-    :func:`~reference.model.rotary.apply_rotary` computes for ``positions[t]`` alone."""
+    """``(cos2, sin2)`` ``[T, 1, head_dim]`` for ``positions``, for :func:`_rotate`:
+    ``cos2 = [cos, cos]`` and ``sin2 = [-sin, sin]``, where row ``t``'s ``cos, sin`` are
+    bitwise what :func:`~reference.model.rotary.apply_rotary` computes for
+    ``positions[t]`` alone (cached per position)."""
     key = (head_dim, theta)
     if key not in _ROTARY:
-        _ROTARY[key] = (torch.zeros(0, 1, head_dim // 2, dtype=DTYPE),) * 2
-    cos, sin = _ROTARY[key]
+        _ROTARY[key] = (torch.zeros(0, 1, head_dim, dtype=DTYPE),) * 2
+    cos2, sin2 = _ROTARY[key]
     needed = max(positions) + 1
-    if needed > cos.shape[0]:
-        known = cos.shape[0]
+    if needed > cos2.shape[0]:
+        known = cos2.shape[0]
         size = max(needed, 2 * known)
-        angles = [
-            rotary_angles(torch.tensor(p), head_dim, theta)[..., None, :]
-            for p in range(known, size)
-        ]
-        cos = torch.cat((cos, torch.stack([torch.cos(a) for a in angles])))
-        sin = torch.cat((sin, torch.stack([torch.sin(a) for a in angles])))
-        _ROTARY[key] = (cos, sin)
+        angles = torch.stack(
+            [
+                rotary_angles(torch.tensor(p), head_dim, theta)[..., None, :]
+                for p in range(known, size)
+            ]
+        )
+        cos, sin = torch.cos(angles), torch.sin(angles)
+        cos2 = torch.cat((cos2, torch.cat((cos, cos), dim=-1)))
+        sin2 = torch.cat((sin2, torch.cat((-sin, sin), dim=-1)))
+        _ROTARY[key] = (cos2, sin2)
     if isinstance(positions, range) and positions.step == 1:
-        return cos[positions.start : positions.stop], sin[positions.start : positions.stop]
+        return cos2[positions.start : positions.stop], sin2[positions.start : positions.stop]
     index = torch.tensor(list(positions), dtype=torch.long)
-    return cos[index], sin[index]
+    return cos2[index], sin2[index]
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``apply_rotary`` of ``x [T, heads, head_dim]`` with per-token ``cos, sin``."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+def _rotate(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """``apply_rotary`` of ``x [T, heads, head_dim]`` with per-token ``cos2, sin2``
+    (:func:`_rotary`): ``x * [cos, cos] + [x2, x1] * [-sin, sin]``, which is
+    ``[x1 cos - x2 sin, x2 cos + x1 sin]`` bit for bit (``a - b`` is ``a + (-b)`` in
+    IEEE arithmetic, and ``x2 (-sin) = -(x2 sin)`` exactly), in four operations."""
+    return x * cos2 + x.roll(x.shape[-1] // 2, dims=-1) * sin2
 
 
 def _qkv(
@@ -160,11 +215,12 @@ def _qkv(
     ``query``): rotated ``q [T, H, hd]``, rotated ``k [T, KV, hd]``, ``v [T, KV, hd]``."""
     count = a.shape[0]
     cos, sin = _rotary(positions, proj.head_dim, proj.rope_theta)
-    k = _linear_rows(a, proj.wk).reshape(count, proj.kv_heads, proj.head_dim)
-    v = _linear_rows(a, proj.wv).reshape(count, proj.kv_heads, proj.head_dim)
+    k, v, *rest = _linear_many(a, proj.wk, proj.wv, *([proj.wq] if query else []))
+    k = k.reshape(count, proj.kv_heads, proj.head_dim)
+    v = v.reshape(count, proj.kv_heads, proj.head_dim)
     q = None
     if query:
-        q = _rotate(_linear_rows(a, proj.wq).reshape(count, proj.heads, proj.head_dim), cos, sin)
+        q = _rotate(rest[0].reshape(count, proj.heads, proj.head_dim), cos, sin)
     return q, _rotate(k, cos, sin), v
 
 
@@ -207,11 +263,13 @@ def _conv(
     window: torch.Tensor, raw: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every token's ``conv_step``: ``(out [T, C], padded [T + K - 1, C])``; token
-    ``t``'s taps ``[C, K]`` are laid out as ``conv_step`` lays them out."""
+    ``t``'s taps ``[C, K]`` are laid out as ``conv_step`` lays them out; ``out`` is laid
+    out as :func:`_apart` lays it out (the activation reads it next)."""
     kernel = weight.shape[1]
     padded = torch.cat((window.transpose(0, 1), raw), dim=0)
     taps = padded.unfold(0, kernel, 1).contiguous()  # [T, C, K]
-    return (taps * weight).sum(dim=-1) + bias, padded
+    out = _apart_empty(raw.shape[0], raw.shape[1])
+    return torch.add((taps * weight).sum(dim=-1), bias, out=out), padded
 
 
 def _windows(padded: torch.Tensor, offsets: Sequence[int], kernel: int) -> dict[int, torch.Tensor]:
@@ -227,10 +285,12 @@ def _mamba2(
     z = zxbcdt[:, : m.inner]
     raw = zxbcdt[:, m.inner : m.inner + m.conv_dim]
     dt_raw = zxbcdt[:, m.inner + m.conv_dim :]
+    heads = m.A_log.shape[0]
     conv_out, padded = _conv(conv, raw, m.conv_weight, m.conv_bias)
-    x, b, c = m._split_xbc(F.silu(_apart(conv_out)))
-    dt = F.softplus(_apart(dt_raw + m.dt_bias))
-    decay = torch.exp(_apart(dt * -torch.exp(m.A_log)))[:, :, None, None]
+    x, b, c = m._split_xbc(F.silu(conv_out))
+    dt = F.softplus(torch.add(dt_raw, m.dt_bias, out=_apart_empty(count, heads)))
+    log_decay = torch.mul(dt, -torch.exp(m.A_log), out=_apart_empty(count, heads))
+    decay = torch.exp(log_decay)[:, :, None, None]
     update = (dt[:, :, None] * x)[:, :, :, None] * b[:, :, None, :]
     states = torch.empty(count, *ssm.shape, dtype=DTYPE)
     previous = ssm.clone()
@@ -249,34 +309,47 @@ def _mamba2(
     return _Out(_linear_rows(gated, m.out_proj), raw.contiguous(), emitted)
 
 
+def _gdn_heads(
+    g: GatedDeltaNetMixer, qkv: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``g._heads`` of activated ``qkv [T, conv_dim]``: ``q, k [T, HV, dk]``, ``v [T, HV,
+    dv]``; ``q`` and ``k`` normalised in one pass (each row still reduced on its own)."""
+    count, key_width = qkv.shape[0], g.qk_heads * g.key_dim
+    qk = l2_normalize(qkv[:, : 2 * key_width].reshape(count, 2, g.qk_heads, g.key_dim), g.eps)
+    qk = qk.repeat_interleave(g.v_heads // g.qk_heads, dim=-2)  # [T, 2, HV, dk]
+    q = qk[:, 0] * (g.key_dim**-0.5)
+    v = qkv[:, 2 * key_width :].reshape(count, g.v_heads, g.value_dim)
+    return q, qk[:, 1], v
+
+
 def _gdn(
     g: GatedDeltaNetMixer, u: torch.Tensor, view: LayerView, start: int, emit: Sequence[int]
 ) -> _Out:
     count, kernel = u.shape[0], g.conv_weight.shape[1]
     conv, delta = view.recurrent["conv"], view.recurrent["delta"]
-    qkvz = _linear_rows(u, g.in_proj_qkvz)
+    qkvz, ba = _linear_many(u, g.in_proj_qkvz, g.in_proj_ba)
     raw = qkvz[:, : g.conv_dim]
     z = qkvz[:, g.conv_dim :].reshape(count, g.v_heads, g.value_dim)
-    ba = _linear_rows(u, g.in_proj_ba)
     beta = torch.sigmoid(ba[:, : g.v_heads])
-    gate = -torch.exp(g.A_log) * F.softplus(_apart(ba[:, g.v_heads :] + g.dt_bias))
+    shifted = torch.add(ba[:, g.v_heads :], g.dt_bias, out=_apart_empty(count, g.v_heads))
+    gate = torch.mul(-torch.exp(g.A_log), F.softplus(shifted), out=_apart_empty(count, g.v_heads))
     conv_out, padded = _conv(conv, raw, g.conv_weight, g._conv_bias())
-    q, k, v = g._heads(F.silu(_apart(conv_out)))  # [T, HV, dk], [T, HV, dk], [T, HV, dv]
-    growth = torch.exp(_apart(gate))[:, :, None, None]
+    q, k, v = _gdn_heads(g, F.silu(conv_out))  # [T, HV, dk], [T, HV, dk], [T, HV, dv]
+    growth = torch.exp(gate)[:, :, None, None]
     states = torch.empty(count, *delta.shape, dtype=DTYPE)
     previous = delta.clone()
     for state, grow, key, value, rate in zip(
         states.unbind(0),
         growth.unbind(0),
-        k[:, :, :, None].unbind(0),
-        v.unbind(0),
-        beta[:, :, None].unbind(0),
+        k[:, :, :, None].unbind(0),  # [HV, dk, 1]
+        v[:, :, None, :].unbind(0),  # [HV, 1, dv]
+        beta[:, :, None, None].unbind(0),
         strict=True,
     ):
         decayed = previous * grow
-        predicted = (decayed * key).sum(dim=1)
+        predicted = (decayed * key).sum(dim=1, keepdim=True)
         correction = (value - predicted) * rate
-        torch.add(decayed, key * correction[:, None, :], out=state)
+        torch.add(decayed, key * correction, out=state)
         previous = state
     o = (states * q[:, :, :, None]).sum(dim=2)
     gated = gated_rms_norm_norm_first(o, z, g.norm_weight, g.eps)
@@ -289,7 +362,35 @@ def _gdn(
 
 
 def _expand(kv: torch.Tensor, heads: int) -> torch.Tensor:
-    return kv.repeat_interleave(heads // kv.shape[1], dim=1)
+    """``[S, KV, hd] -> [S, heads, hd]``, contiguous: ``repeat_interleave`` over the
+    heads (each kv head serves a run of query heads), in one copy."""
+    count, kv_heads, head_dim = kv.shape
+    repeated = kv[:, :, None, :].expand(count, kv_heads, heads // kv_heads, head_dim)
+    return repeated.reshape(count, heads, head_dim).contiguous()
+
+
+def _read_expanded(pool: torch.Tensor, table: torch.Tensor, count: int, heads: int) -> torch.Tensor:
+    """``_expand(read_rows(pool, table, count), heads)`` in one copy: rows ``[0, count)``
+    of one sequence from ``pool [pages, B, KV, hd]``, ``[count, heads, hd]``."""
+    block = pool.shape[1]
+    pages = -(-count // block)
+    gathered = pool.index_select(0, table[:pages])
+    return _expand(gathered.view(pages * block, *pool.shape[2:])[:count], heads)
+
+
+def _write_rows(pool: torch.Tensor, table: torch.Tensor, start: int, rows: torch.Tensor) -> None:
+    """:func:`~reference.model.paging.write_rows` (positions ``start ..``), one slice
+    copy per page the rows touch."""
+    block = pool.shape[1]
+    end = start + rows.shape[0]
+    position = start
+    while position < end:
+        page, offset = divmod(position, block)
+        stop = min(end, (page + 1) * block)
+        pool[int(table[page]), offset : offset + stop - position].copy_(
+            rows[position - start : stop - start]
+        )
+        position = stop
 
 
 def _attention_out(proj: AttentionProjections, heads_out: list[torch.Tensor]) -> torch.Tensor:
@@ -340,18 +441,18 @@ def _attn(
     positions = range(start, start + count)
     q, k, v = _qkv(proj, u, positions)
     assert q is not None
-    write_rows(view.pages["k"], view.block_table, start, k)
-    write_rows(view.pages["v"], view.block_table, start, v)
+    _write_rows(view.pages["k"], view.block_table, start, k)
+    _write_rows(view.pages["v"], view.block_table, start, v)
     end = start + count
-    keys = _expand(read_rows(view.pages["k"], view.block_table, end), proj.heads)
-    values = _expand(read_rows(view.pages["v"], view.block_table, end), proj.heads)
+    keys = _read_expanded(view.pages["k"], view.block_table, end, proj.heads)
+    values = _read_expanded(view.pages["v"], view.block_table, end, proj.heads)
     # Token p's keys and values are the first p + 1 rows of the call's: a prefix has the
     # strides and the first byte the canonical step's fresh tensors have (:func:`_attend`).
     keys_t, values_t = keys.permute(1, 2, 0), values.permute(1, 0, 2)
     scale = math.sqrt(proj.head_dim)
     outs = []
     for query, p in zip(q[:, :, None, :].unbind(0), positions, strict=True):
-        scores = torch.bmm(query, keys_t[:, :, : p + 1]) / scale
+        scores = torch.bmm(query, keys_t[:, :, : p + 1]).div_(scale)
         outs.append(torch.bmm(torch.softmax(scores, dim=-1), values_t[:, : p + 1]))
     return _Out(_attention_out(proj, outs), None, {e: {} for e in emit})
 
@@ -378,19 +479,15 @@ def _draft_rows(
     count = len(successors)
     if not count:
         return
-    embedded = draft.embedding[torch.tensor(list(successors), dtype=torch.long)]
-    joined = torch.cat(
-        (
-            rms_norm(hidden[:count], draft.hidden_norm, draft.eps),
-            rms_norm(embedded, draft.embed_norm, draft.eps),
-        ),
-        dim=-1,
+    embedded = draft.embedding.index_select(0, torch.tensor(list(successors), dtype=torch.long))
+    joined = _rms_norm_pair(
+        hidden[:count], embedded, draft.hidden_norm, draft.embed_norm, draft.eps
     )
     u = _linear_rows(joined, draft.proj)
     positions = range(start, start + count)
     _, k, v = _qkv(draft.attn, rms_norm(u, draft.attn_norm, draft.eps), positions, query=False)
-    write_rows(pages["k"], table, start, k)
-    write_rows(pages["v"], table, start, v)
+    _write_rows(pages["k"], table, start, k)
+    _write_rows(pages["v"], table, start, v)
 
 
 def _draft_logits(
@@ -403,22 +500,17 @@ def _draft_logits(
 ) -> torch.Tensor:
     """``draft.logits``: write draft row ``position``, attend over rows ``0 ..
     position``, ``[vocab]`` logits (the query from the same projections as the row)."""
-    joined = torch.cat(
-        (
-            rms_norm(hidden, draft.hidden_norm, draft.eps),
-            rms_norm(draft.embedding[successor], draft.embed_norm, draft.eps),
-        ),
-        dim=-1,
-    )
-    u = _linear_rows(joined[None], draft.proj)
+    embedded = draft.embedding[successor : successor + 1]
+    joined = _rms_norm_pair(hidden[None], embedded, draft.hidden_norm, draft.embed_norm, draft.eps)
+    u = _linear_rows(joined, draft.proj)
     positions = range(position, position + 1)
     q, k, v = _qkv(draft.attn, rms_norm(u, draft.attn_norm, draft.eps), positions)
     assert q is not None
-    write_rows(pages["k"], table, position, k)
-    write_rows(pages["v"], table, position, v)
+    _write_rows(pages["k"], table, position, k)
+    _write_rows(pages["v"], table, position, v)
     heads = draft.attn.heads
-    keys = _expand(read_rows(pages["k"], table, position + 1), heads)
-    values = _expand(read_rows(pages["v"], table, position + 1), heads)
+    keys = _read_expanded(pages["k"], table, position + 1, heads)
+    values = _read_expanded(pages["v"], table, position + 1, heads)
     out = u + _attention_out(draft.attn, [_attend(q[0], keys, values)])
     return _linear_rows(rms_norm(out, draft.final_norm, draft.eps), draft.lm_head)[0]
 
@@ -437,7 +529,7 @@ def _forward(
     ``start ..`` from ``successors``; ``emit``: run offsets whose state is kept."""
     config = model.config
     eps = config.norm_eps
-    x = model.embedding[torch.tensor(ids, dtype=torch.long)]
+    x = model.embedding.index_select(0, torch.tensor(ids, dtype=torch.long))
     raws: dict[str, torch.Tensor] = {}
     parts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
     for index, (block, view) in enumerate(zip(model.blocks, views, strict=True)):
@@ -501,13 +593,23 @@ def speculate(
     accepted: int,
     *,
     boundary_hidden: torch.Tensor | None = None,
+    next_token: int | None = None,
 ) -> SpeculateResult:
     """:meth:`TinyHybrid.speculate <reference.model.TinyHybrid.speculate>` (same
     arguments, checks, effects and result, bit for bit), evaluated block by block: the
     verification keeps every token's state (``emit_at`` every position), then the batch
-    slot is set to the state after ``accepted`` tokens."""
+    slot is set to the state after ``accepted`` tokens. With ``next_token``, the boundary
+    draft row ``prefix_len + accepted - 1`` is written once, from ``next_token``, where
+    the fold writes it from the rejected draft token and then again."""
     ids, table, views = model._begin_speculate(
-        state, batch_slot, block_table, draft_tokens, prefix_len, accepted, boundary_hidden
+        state,
+        batch_slot,
+        block_table,
+        draft_tokens,
+        prefix_len,
+        accepted,
+        boundary_hidden,
+        next_token,
     )
     if not ids:
         return TinyHybrid.speculate(model, state, batch_slot, block_table, prefix_len, [], 0)
@@ -515,7 +617,10 @@ def speculate(
     # before the call when none is accepted; the state after the call when all are).
     before = model._slot_copy(state, batch_slot) if accepted == 0 else None
     offsets = [accepted] if 0 < accepted < len(ids) else []
-    result = _forward(model, state, ids, prefix_len, table, views, offsets, ids[1:])
+    successors = ids[1:]
+    if next_token is not None:  # draft row p + accepted - 1 follows the accepted tokens
+        successors = [*ids[1:accepted], next_token, *ids[accepted + 1 :]]
+    result = _forward(model, state, ids, prefix_len, table, views, offsets, successors)
     kept = before if before is not None else result.emitted.get(prefix_len + accepted, {})
     for name, tensor in kept.items():
         state.recurrent[name][batch_slot].copy_(tensor)

@@ -343,14 +343,19 @@ class TinyHybrid:
         prefix_len: int,
         accepted: int,
         boundary_hidden: torch.Tensor | None,
+        next_token: int | None = None,
     ) -> tuple[list[int], torch.Tensor, list[LayerView]]:
         """:meth:`speculate`'s checks; the token ids, block table and layer views."""
         ids, _, table, views = self._begin(
-            state, batch_slot, block_table, draft_tokens, prefix_len, (), None
+            state, batch_slot, block_table, draft_tokens, prefix_len, (), next_token
         )
         check_count("accepted", accepted)
         if accepted > len(ids):
             raise InvalidTokenCountError(f"accepted={accepted} exceeds the {len(ids)} draft tokens")
+        if next_token is not None and accepted < 1:
+            raise InvalidTokenCountError(
+                "next_token needs accepted >= 1 (it follows the last accepted token)"
+            )
         if boundary_hidden is not None:
             check_hidden(boundary_hidden, None, self.config.d_model)
             if prefix_len < 1:
@@ -367,6 +372,7 @@ class TinyHybrid:
         accepted: int,
         *,
         boundary_hidden: torch.Tensor | None = None,
+        next_token: int | None = None,
     ) -> SpeculateResult:
         """Verify ``k`` draft tokens, then roll back to the first ``accepted`` of them.
 
@@ -388,9 +394,22 @@ class TinyHybrid:
         Afterwards the recurrent state and KV rows ``[0, prefix_len + accepted)`` equal
         bitwise those of a fresh prefill of the prefix plus the accepted tokens (and draft
         rows ``[0, prefix_len + accepted - 1)`` when the boundary row was supplied).
+
+        ``next_token`` (with a draft head, ``accepted >= 1``): the token sampled after the
+        accepted ones, when already known; the boundary row ``prefix_len + accepted - 1``
+        of the rolled-back sequence is then written from ``h_{prefix_len + accepted - 1}``
+        and it, last — what :meth:`draft_row` called after this would write — so draft
+        rows ``[0, prefix_len + accepted)`` equal a fresh prefill's given that token.
         """
         ids, table, views = self._begin_speculate(
-            state, batch_slot, block_table, draft_tokens, prefix_len, accepted, boundary_hidden
+            state,
+            batch_slot,
+            block_table,
+            draft_tokens,
+            prefix_len,
+            accepted,
+            boundary_hidden,
+            next_token,
         )
         kept = [self._slot_copy(state, batch_slot)]
         hidden: list[torch.Tensor] = []
@@ -408,6 +427,9 @@ class TinyHybrid:
                 self.draft.write_row(pages, table, prefix_len - 1, boundary_hidden, ids[0])
             for offset, successor in enumerate(ids[1:]):
                 self.draft.write_row(pages, table, prefix_len + offset, hidden[offset], successor)
+            if next_token is not None:
+                row = accepted - 1
+                self.draft.write_row(pages, table, prefix_len + row, hidden[row], next_token)
         return SpeculateResult(
             _stack(logits, self.config.vocab_size), _stack(hidden, self.config.d_model)
         )

@@ -175,8 +175,10 @@ def test_fast_speculate_is_bitwise_the_canonical_speculate(
 ) -> None:
     model = build(layers, draft, sizes)
     vocab = model.config.vocab_size
+    following: int | None
     if data is None:
         prefix, drafts, accepted, boundary = [(5 * i) % vocab for i in range(9)], [1, 2, 3], 2, True
+        following = 4
     else:
         prefix = data.draw(
             st.lists(st.integers(0, vocab - 1), min_size=1, max_size=20), label="prefix"
@@ -186,16 +188,34 @@ def test_fast_speculate_is_bitwise_the_canonical_speculate(
         )
         accepted = data.draw(st.integers(0, len(drafts)), label="accepted")
         boundary = data.draw(st.booleans(), label="boundary hidden")
+        following = data.draw(
+            st.none() | st.integers(0, vocab - 1) if accepted else st.none(), label="next token"
+        )
     table = list(range(PAGES))
     canonical, blockwise = twin_states(model, padded=False)
     first = model.prefill(canonical, 2, table, prefix, 0)
     fast.prefill(model, blockwise, 2, table, prefix, 0)
     hidden = first.hidden[-1] if boundary and draft else None
     expected = model.speculate(
-        canonical, 2, table, len(prefix), drafts, accepted, boundary_hidden=hidden
+        canonical,
+        2,
+        table,
+        len(prefix),
+        drafts,
+        accepted,
+        boundary_hidden=hidden,
+        next_token=following,
     )
     got = fast.speculate(
-        model, blockwise, 2, table, len(prefix), drafts, accepted, boundary_hidden=hidden
+        model,
+        blockwise,
+        2,
+        table,
+        len(prefix),
+        drafts,
+        accepted,
+        boundary_hidden=hidden,
+        next_token=following,
     )
     assert torch.equal(expected.logits, got.logits) and torch.equal(expected.hidden, got.hidden)
     assert_states_equal(canonical, blockwise, f"accepted {accepted} of {len(drafts)}")
@@ -275,6 +295,10 @@ CALLS: dict[str, tuple[Callable[[TinyHybrid, LiveState], object], ...]] = {
             1,
             boundary_hidden=torch.zeros(24, dtype=torch.float64),
         ),
+    ),
+    "speculate next token": (
+        lambda m, s: m.speculate(s, 0, list(range(PAGES)), 1, [1, 2], 0, next_token=3),
+        lambda m, s: fast.speculate(m, s, 0, list(range(PAGES)), 1, [1, 2], 0, next_token=3),
     ),
     "draft_row": (
         lambda m, s: m.draft_row(s, list(range(PAGES)), 0, torch.zeros(3, dtype=torch.float64), 1),

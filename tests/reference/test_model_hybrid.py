@@ -404,6 +404,45 @@ def test_rollback_needs_kept_ring() -> None:
     assert not torch.equal(live.recurrent["0.ring_k"], before)
 
 
+@settings(max_examples=max(10, settings().max_examples // 4))
+@given(
+    prefix=prompts(12),
+    drafts=st.lists(st.integers(0, 47), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_speculate_with_the_next_token_is_speculate_then_draft_row(
+    prefix: list[int], drafts: list[int], data: st.DataObject
+) -> None:
+    """``next_token`` writes the rolled-back sequence's boundary draft row in the same
+    call: the state equals a speculation followed by :meth:`draft_row`, bit for bit."""
+    model = build(ALL_KINDS, True, window=4)
+    accepted = data.draw(st.integers(1, len(drafts)), label="accepted")
+    following = data.draw(st.integers(0, 47), label="next token")
+    merged, separate = (model.new_state(SLOTS, PAGES, BLOCK) for _ in range(2))
+    p = len(prefix)
+    for state in (merged, separate):
+        model.prefill(state, 1, TABLE, prefix, 0)
+    got = model.speculate(merged, 1, TABLE, p, drafts, accepted, next_token=following)
+    expected = model.speculate(separate, 1, TABLE, p, drafts, accepted)
+    model.draft_row(separate, TABLE, p + accepted - 1, expected.hidden[accepted - 1], following)
+    assert torch.equal(got.logits, expected.logits) and torch.equal(got.hidden, expected.hidden)
+    assert_slot_equal(merged, 1, separate, 1, f"accepted {accepted} of {len(drafts)}")
+    assert_pages_equal(merged, separate, "next_token")
+
+
+def test_speculate_s_next_token_needs_an_accepted_token_and_a_valid_id() -> None:
+    model = build(ALL_KINDS, True, window=4)
+    state = model.new_state(1, PAGES, BLOCK)
+    model.prefill(state, 0, TABLE, [1, 2, 3], 0)
+    before = state.clone()
+    with pytest.raises(InvalidTokenCountError, match="next_token needs accepted >= 1"):
+        model.speculate(state, 0, TABLE, 3, [4, 5], 0, next_token=6)
+    with pytest.raises(InvalidTokenCountError):
+        model.speculate(state, 0, TABLE, 3, [4, 5], 1, next_token=model.config.vocab_size)
+    assert_slot_equal(state, 0, before, 0, "after rejected calls")
+    assert_pages_equal(state, before, "after rejected calls")
+
+
 # --- chunked path vs canonical -------------------------------------------------------------------
 
 

@@ -160,8 +160,10 @@ def test_a_rollback_that_keeps_a_rejected_token_is_caught() -> None:
     model = backend.model
     verify = model.speculate
 
-    def late(state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int) -> Any:
-        return verify(state, slot, table, prefix, tokens, accepted + 1)
+    def late(
+        state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int, **kw: Any
+    ) -> Any:
+        return verify(state, slot, table, prefix, tokens, accepted + 1, **kw)
 
     model.speculate = late  # type: ignore[method-assign]
     backend.decode(step(N, N + 2, proposed=3))
@@ -172,12 +174,18 @@ def test_a_rollback_that_keeps_a_rejected_token_is_caught() -> None:
 def test_the_draft_head_proposes_what_the_step_rejects() -> None:
     """The verified tokens: the token sampled last, the accepted drafts (the answer's
     tokens) and, after them, the draft head's greedy guesses, each proposed after the token
-    before it (a draft row is written per guess, from ``h_{c-1}``)."""
+    before it (a draft row is written per proposal, from ``h_{c-1}``; only the guesses the
+    step uses are computed)."""
     backend = prefilled()
     model = backend.model
     guesses: list[tuple[int, int, int]] = []  # (position, successor, guess)
+    written: list[tuple[int, int]] = []  # (position, successor) of rows written alone
     verified: list[list[int]] = []
-    propose, verify = model.draft_logits, model.speculate
+    propose, verify, row = model.draft_logits, model.speculate, model.draft_row
+
+    def spy_row(state: Any, table: Any, position: int, hidden: Any, successor: int) -> None:
+        written.append((position, successor))
+        row(state, table, position, hidden, successor)
 
     def spy_propose(state: Any, table: Any, position: int, hidden: Any, successor: int) -> Any:
         logits = propose(state, table, position, hidden, successor)
@@ -185,20 +193,87 @@ def test_the_draft_head_proposes_what_the_step_rejects() -> None:
         return logits
 
     def spy_verify(
-        state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int
+        state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int, **kw: Any
     ) -> Any:
         verified.append(list(tokens))
-        return verify(state, slot, table, prefix, tokens, accepted)
+        return verify(state, slot, table, prefix, tokens, accepted, **kw)
 
     model.draft_logits = spy_propose  # type: ignore[method-assign]
     model.speculate = spy_verify  # type: ignore[method-assign]
+    model.draft_row = spy_row  # type: ignore[method-assign]
     backend.decode(step(N, N + 2, proposed=3))  # j = 1 of k = 3 accepted
     (tokens,) = verified
-    assert [position for position, _, _ in guesses] == [N - 1, N, N + 1]
+    assert written[0] == (N - 1, ANSWER[N])  # the accepted proposal: its row, no guess
+    assert [position for position, _, _ in guesses] == [N, N + 1]
     assert tokens[:2] == ANSWER[N : N + 2]  # the sampled token and the accepted draft
-    assert tokens[2:] == [guess for _, _, guess in guesses[1:]]  # the rejected guesses
-    assert [successor for _, successor, _ in guesses] == tokens[:3]
+    assert tokens[2:] == [guess for _, _, guess in guesses]  # the rejected guesses
+    assert [successor for _, successor, _ in guesses] == tokens[1:3]
     assert backend.counts.drafted_tokens == 3 and backend.counts.rolled_back_tokens == 2
+
+
+def every_guess(
+    model: TinyHybrid,
+    live: LiveState,
+    table: Sequence[int],
+    data: Any,
+    step: DecodeStep,
+    fed: Sequence[int],
+) -> list[int]:
+    """The plain rule :func:`~sim.engine.backends.tensor_decode.propose` shortens: the
+    draft head guesses at every proposal, and an accepted one is replaced by the answer's
+    token."""
+    proposals: list[int] = []
+    previous = fed[0]
+    for i in range(step.proposed):
+        logits = model.draft_logits(live, table, step.start - 1 + i, data.hidden, previous)
+        previous = fed[1 + i] if i < len(fed) - 1 else int(torch.argmax(logits))
+        proposals.append(previous)
+    return proposals
+
+
+@settings(max_examples=max(10, settings().max_examples // 4))
+@given(data=st.data())
+def test_proposing_only_the_used_guesses_is_computing_every_guess(data: st.DataObject) -> None:
+    """The same verified tokens and the same live state after the step (every tensor,
+    every row), bit for bit."""
+    import sim.engine.backends.tensor_decode as tensor_decode
+
+    proposed = data.draw(st.integers(1, 4), label="proposed")
+    accepted = data.draw(st.integers(0, proposed), label="accepted")
+    decoded = data.draw(st.integers(0, 5), label="tokens decoded before")
+    start = N + decoded
+    results = []
+    for rule in (tensor_decode.propose, every_guess):
+        backend = prefilled()
+        if decoded:
+            backend.decode(step(N, start))
+        seen: list[object] = []  # the verified tokens, and the logits of every used guess
+        verify, guess = backend.model.speculate, backend.model.draft_logits
+
+        def spy_verify(*args: Any, _verify: Any = verify, _seen: Any = seen, **kw: Any) -> Any:
+            _seen.append(list(args[4]))
+            return _verify(*args, **kw)
+
+        def spy_guess(*args: Any, _guess: Any = guess, _seen: Any = seen) -> Any:
+            logits = _guess(*args)
+            if args[2] >= start - 1 + accepted:  # a guess the step uses
+                _seen.append((args[2], logits))
+            return logits
+
+        backend.model.speculate = spy_verify  # type: ignore[method-assign]
+        backend.model.draft_logits = spy_guess  # type: ignore[method-assign]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tensor_decode, "propose", rule)
+            backend.decode(step(start, start + 1 + accepted, proposed))
+        results.append((seen, clone(live_of(backend))))
+    (ours, ours_live), (plain, plain_live) = results
+    assert len(ours) == len(plain) == 1 + proposed - accepted
+    for mine, theirs in zip(ours, plain, strict=True):
+        if isinstance(mine, tuple) and isinstance(theirs, tuple):
+            assert mine[0] == theirs[0] and torch.equal(mine[1], theirs[1]), "guess logits"
+        else:
+            assert mine == theirs, "verified tokens"
+    assert differences(ours_live, plain_live, 0, TABLE, PAGES * BLOCK) == []
 
 
 def test_without_a_draft_head_the_stand_in_drafter_counts_up() -> None:
@@ -206,9 +281,11 @@ def test_without_a_draft_head_the_stand_in_drafter_counts_up() -> None:
     verified: list[list[int]] = []
     verify = backend.model.speculate
 
-    def spy(state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int) -> Any:
+    def spy(
+        state: Any, slot: int, table: Any, prefix: int, tokens: Any, accepted: int, **kw: Any
+    ) -> Any:
         verified.append(list(tokens))
-        return verify(state, slot, table, prefix, tokens, accepted)
+        return verify(state, slot, table, prefix, tokens, accepted, **kw)
 
     backend.model.speculate = spy  # type: ignore[method-assign]
     backend.decode(step(N, N + 1, proposed=2))

@@ -20,7 +20,12 @@ from reference.impl import implementation as reference_implementation
 from reference.model import HybridConfig, TinyHybrid
 from reference.state import LiveState
 from sim.engine.backends import TensorBackend
-from sim.engine.backends.tensor import BLOCK_BY_BLOCK, ROW_AT_A_TIME, row_at_a_time
+from sim.engine.backends.tensor import (
+    BLOCK_BY_BLOCK,
+    ROW_AT_A_TIME,
+    capture_hook,
+    row_at_a_time,
+)
 from sim.engine.backends.tensor_scratch import ScratchPrefills
 from sim.engine.result import SimResult
 from tests.sim.test_sim_tensor_faults import run_tiny, tiny
@@ -158,6 +163,27 @@ def test_both_runs_check_restores_and_are_clean() -> None:
     assert (fast_backend.path, slow_backend.path) == (BLOCK_BY_BLOCK, ROW_AT_A_TIME)
     assert slow_backend.scratch is None
     assert fast_backend.scratch is not None and fast_backend.scratch.reused > 0
+
+
+def test_the_backend_computes_without_autograd_on_ordinary_tensors() -> None:
+    """The backend's calls run under ``torch.inference_mode()`` (the same kernels, hence
+    the same bits, without autograd's per-operation bookkeeping); the live state and the
+    storage it binds stay ordinary tensors, so a subclass may still write into them."""
+    modes: list[bool] = []
+
+    def hook(backend: TensorBackend, request_id: str, capture: object) -> None:
+        modes.append(torch.is_inference_mode_enabled())
+
+    with capture_hook(hook):
+        result, backend = run_path(None, requests=3)
+    assert result.ok and modes and all(modes)
+    assert not torch.is_inference_mode_enabled()
+    live = backend._live
+    assert live is not None
+    tensors = [*live.recurrent.values(), *live.kv_pages.values(), *live.draft_kv_pages.values()]
+    assert tensors and not any(tensor.is_inference() for tensor in tensors)
+    first = next(iter(live.recurrent.values()))
+    first.add_(0.0)  # an in-place write outside inference mode still works
 
 
 def test_row_at_a_time_selects_the_path_of_backends_built_inside_it() -> None:

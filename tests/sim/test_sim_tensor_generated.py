@@ -158,8 +158,10 @@ class Mutated(TensorBackend):
         verify = self.model.speculate
         if self.mistake == "rollback-keeps-a-rejected-token":
 
-            def late(state: Any, slot: int, table: Any, at: int, tokens: Any, kept: int) -> Any:
-                return verify(state, slot, table, at, tokens, min(kept + 1, len(tokens)))
+            def late(
+                state: Any, slot: int, table: Any, at: int, tokens: Any, kept: int, **kw: Any
+            ) -> Any:
+                return verify(state, slot, table, at, tokens, min(kept + 1, len(tokens)), **kw)
 
             self.model.speculate = late  # type: ignore[method-assign]
 

@@ -15,7 +15,8 @@ from a live state of ``c`` tokens whose last sampled token is ``t_c``:
      ``c - 1 + i`` from the previous proposal (``t_c`` for the first); every guess
      reuses ``h_{c-1}``, the newest base hidden state the draft head has. Without a draft
      head (a model with no attention geometry to size one from) the stand-in drafter
-     guesses the previous token plus one, mod the vocabulary;
+     guesses the previous token plus one, mod the vocabulary. The guesses are computed
+     only where the step uses them, after the accepted proposals (:func:`propose`);
   2. *accept*: the engine's seeded draws accept ``j = end - c - 1`` of them (each with
      probability ``spec_acceptance`` until the first rejection). An accepted proposal
      agreed with the target by the acceptance model, so it is the answer's token
@@ -33,6 +34,9 @@ from a live state of ``c`` tokens whose last sampled token is ``t_c``:
 After either, the boundary draft row ``end - 1`` is written from ``h_{end-1}`` and the
 token the step sampled (the answer's token ``end``), as an MTP engine writes it once it
 samples: so the live draft rows ``[0, end)`` equal a scratch prefill's given that token.
+The same model call writes it (``next_token`` of ``prefill`` and ``speculate``: the
+answer gives the sampled token in advance), which is what a separate
+:meth:`~reference.model.TinyHybrid.draft_row` afterwards would write.
 """
 
 from __future__ import annotations
@@ -59,22 +63,33 @@ def propose(
     module docstring's rule): accepted ones from ``fed`` (the answer's tokens
     ``[c, end)``), rejected ones the drafter's guesses.
 
-    With a draft head every guess writes draft row ``c - 1 + i`` (rows from ``c`` on with
-    a stand-in hidden state: the verification overwrites them); row ``c - 1`` gets the
-    bytes it already holds (``h_{c-1}`` and ``t_c``).
+    With a draft head guess ``i`` writes draft row ``c - 1 + i`` and reads rows ``[0, c
+    - 1 + i]`` (rows from ``c`` on with a stand-in hidden state: the verification
+    overwrites them). Only the guesses the step uses are computed, those after the
+    accepted proposals: an accepted proposal is the answer's token whatever the head
+    would guess, so its call only writes its row (:meth:`~reference.model.TinyHybrid.
+    draft_row`, the same bytes), and only when a later guess reads it or it is row ``c -
+    1`` (which gets the bytes it already holds, ``h_{c-1}`` and ``t_c``). The state
+    afterwards and the proposals are those of computing every guess
+    (``tests/sim/test_sim_tensor_decode.py`` compares the two).
     """
     accepted = len(fed) - 1
     vocab = model.config.vocab_size
     proposals: list[int] = []
     previous = fed[0]
     for i in range(step.proposed):
-        if model.draft is not None:
+        position = step.start - 1 + i
+        if i < accepted:
+            if model.draft is not None and (i == 0 or accepted < step.proposed):
+                assert data.hidden is not None, "h_{c-1} is kept while a draft head runs"
+                model.draft_row(live, table, position, data.hidden, previous)
+            previous = fed[1 + i]
+        elif model.draft is not None:
             assert data.hidden is not None, "h_{c-1} is kept while a draft head runs"
-            logits = model.draft_logits(live, table, step.start - 1 + i, data.hidden, previous)
-            guess = int(torch.argmax(logits))
+            logits = model.draft_logits(live, table, position, data.hidden, previous)
+            previous = int(torch.argmax(logits))
         else:
-            guess = (previous + 1) % vocab
-        previous = fed[1 + i] if i < accepted else guess
+            previous = (previous + 1) % vocab
         proposals.append(previous)
     return proposals
 
@@ -92,18 +107,19 @@ def decode_step(
     answer's tokens ``[step.start, step.end)``, ``table`` the request's block table with
     its private pages in place. Updates ``data.computed`` and ``data.hidden``."""
     start, end, slot = step.start, step.end, step.batch_slot
+    # The boundary draft row end - 1 is written by the same call (its ``next_token``).
+    successor = data.successor(end - 1) if model.draft is not None else None
     if step.proposed:
         drafts = propose(model, live, table, data, step, fed)
-        verified = model.speculate(live, slot, table, start, [fed[0], *drafts], end - start)
+        verified = model.speculate(
+            live, slot, table, start, [fed[0], *drafts], end - start, next_token=successor
+        )
         data.hidden = verified.hidden[end - start - 1]
         counts.spec_steps += 1
         counts.drafted_tokens += step.proposed
         counts.rolled_back_tokens += step.proposed - (end - start - 1)
     else:
-        result = model.prefill(live, slot, table, fed, start)
+        result = model.prefill(live, slot, table, fed, start, next_token=successor)
         data.hidden = result.hidden[-1]
     data.computed = end
     counts.decoded_tokens += end - start
-    successor = data.successor(end - 1)
-    if model.draft is not None and successor is not None:
-        model.draft_row(live, table, end - 1, data.hidden, successor)
