@@ -421,16 +421,13 @@ def _swa(
     if alone < count:
         lo = start + alone - window + 1 - first
         outs.extend(_attend_windows(q[alone:], keys[lo:], values[lo:]).unbind(0))
-    initial_k, initial_v = ring_k.clone(), ring_v.clone()
-    ring_k.copy_(s._ring_at(initial_k, k, start, count))
-    ring_v.copy_(s._ring_at(initial_v, v, start, count))
-    emitted = {
-        e: {
-            "ring_k": s._ring_at(initial_k, k, start, e),
-            "ring_v": s._ring_at(initial_v, v, start, e),
-        }
+    emitted = {  # from the rings as the call found them
+        e: {"ring_k": s._ring_at(ring_k, k, start, e), "ring_v": s._ring_at(ring_v, v, start, e)}
         for e in emit
     }
+    for position in range(max(start, start + count - s.ring_size), start + count):
+        ring_k[position % s.ring_size] = k[position - start]  # in place: ``_ring_at``'s rows
+        ring_v[position % s.ring_size] = v[position - start]
     return _Out(_attention_out(proj, outs), None, emitted)
 
 
