@@ -19,6 +19,7 @@ draft head's boundary row).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -533,13 +534,40 @@ class TinyHybrid:
         return ids, emit, table, self._views(state, slot, table)
 
     def _check_state(self, state: LiveState) -> None:
-        check_layout("recurrent", state.recurrent, self.recurrent_shapes(), 1)
-        rows = {name: (state.block_size, *shape) for name, shape in self.page_shapes().items()}
+        recurrent, pages, draft = self._shapes
+        check_layout("recurrent", state.recurrent, recurrent, 1)
+        rows = {name: (state.block_size, *shape) for name, shape in pages.items()}
         check_layout("kv_pages", state.kv_pages, rows, 1)
         draft_block = _block_size(state.draft_kv_pages)
-        draft_rows = {n: (draft_block, *s) for n, s in self.draft_page_shapes().items()}
+        draft_rows = {n: (draft_block, *s) for n, s in draft.items()}
         check_layout("draft_kv_pages", state.draft_kv_pages, draft_rows, 1)
         state.validate()
+
+    @functools.cached_property
+    def _shapes(self) -> tuple[dict[str, tuple[int, ...]], ...]:
+        """``(recurrent_shapes(), page_shapes(), draft_page_shapes())``, computed once (a
+        model's layout never changes; private copies, never handed out)."""
+        return self.recurrent_shapes(), self.page_shapes(), self.draft_page_shapes()
+
+    @functools.cached_property
+    def _layer_names(self) -> tuple[tuple[tuple[tuple[str, str], ...], ...], ...]:
+        """Per block: its ``(part, state name)`` pairs of recurrent tensors, then of KV
+        pools (``LayerView`` keys and ``LiveState`` keys), computed once."""
+        recurrent, pages, _ = self._shapes
+        layers = []
+        for index in range(len(self.blocks)):
+            prefix = f"{index}."
+            layers.append(
+                tuple(
+                    tuple(
+                        (name.removeprefix(prefix), name)
+                        for name in names
+                        if name.startswith(prefix)
+                    )
+                    for names in (recurrent, pages)
+                )
+            )
+        return tuple(layers)
 
     def _table(self, state: LiveState, block_table: Sequence[int], end: int) -> torch.Tensor:
         pools = state.kv_pages or state.draft_kv_pages
@@ -549,21 +577,16 @@ class TinyHybrid:
         return check_block_table(block_table, first.shape[0], first.shape[1], end)
 
     def _views(self, state: LiveState, slot: int, table: torch.Tensor) -> list[LayerView]:
-        views = []
-        for index in range(len(self.blocks)):
-            prefix = f"{index}."
-            recurrent = {
-                name.removeprefix(prefix): tensor[slot]
-                for name, tensor in state.recurrent.items()
-                if name.startswith(prefix)
-            }
-            pages = {
-                name.removeprefix(prefix): tensor
-                for name, tensor in state.kv_pages.items()
-                if name.startswith(prefix)
-            }
-            views.append(LayerView(recurrent, pages, table))
-        return views
+        """Each block's view of batch slot ``slot`` (the state's layout checked first)."""
+        recurrent, pages = state.recurrent, state.kv_pages
+        return [
+            LayerView(
+                {part: recurrent[name][slot] for part, name in own_recurrent},
+                {part: pages[name] for part, name in own_pages},
+                table,
+            )
+            for own_recurrent, own_pages in self._layer_names
+        ]
 
     def _draft_pages(self, state: LiveState) -> dict[str, torch.Tensor]:
         return {"k": state.draft_kv_pages["draft.k"], "v": state.draft_kv_pages["draft.v"]}
