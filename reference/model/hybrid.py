@@ -544,7 +544,9 @@ class TinyHybrid:
         state.validate()
 
     @functools.cached_property
-    def _shapes(self) -> tuple[dict[str, tuple[int, ...]], ...]:
+    def _shapes(
+        self,
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
         """``(recurrent_shapes(), page_shapes(), draft_page_shapes())``, computed once (a
         model's layout never changes; private copies, never handed out)."""
         return self.recurrent_shapes(), self.page_shapes(), self.draft_page_shapes()
