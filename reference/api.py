@@ -82,13 +82,16 @@ class PrefillChunk:
             )
         for name in ("turn_starts", "branch_points"):
             hints = getattr(self, name)
-            if isinstance(hints, str | bytes) or not isinstance(hints, Sequence):
+            if type(hints) is not tuple and (
+                isinstance(hints, str | bytes) or not isinstance(hints, Sequence)
+            ):
                 raise InvalidTokenCountError(
                     f"{name} must be a sequence of token positions (a tuple or list of "
                     f"ints), got {hints!r} ({type(hints).__name__}); pass () for no hints"
                 )
             for value in hints:
-                check_count(f"{name} entry", value)
+                if type(value) is not int or value < 0:  # else check_count passes it
+                    check_count(f"{name} entry", value)
             if not isinstance(hints, tuple):
                 object.__setattr__(self, name, tuple(hints))  # keep the chunk hashable
 

@@ -60,7 +60,10 @@ class LruPolicy:
 
     def victim(self, evictable: Callable[[int], bool]) -> int | None:
         # Oldest first; only pinned entries are skipped, so the walk is short.
-        return next((slot for slot in self._order if evictable(slot)), None)
+        for slot in self._order:
+            if evictable(slot):
+                return slot
+        return None
 
 
 class FifoPolicy(LruPolicy):

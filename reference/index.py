@@ -326,8 +326,9 @@ class ReferenceIndex:
         self._slots: list[_Entry | None] = [None] * capacity
         self._free: list[int] = list(range(first_slot, first_slot + capacity))  # a heap
         self._by_key: dict[CheckpointKey, _Entry] = {}
-        # Published tails under each unit prefix, with multiplicity: the lookup probe table.
-        self._tails: dict[_UnitPrefix, Counter[int]] = {}
+        # Published tails under each unit prefix, with multiplicity (tail -> count): the
+        # lookup probe table.
+        self._tails: dict[_UnitPrefix, dict[int, int]] = {}
         self.evictions: Counter[str] = Counter()
         # The parent/child relation of published entries, for a policy that asks for it
         # (Marconi's); other policies pay nothing for it.
@@ -549,7 +550,8 @@ class ReferenceIndex:
         reservation.state = ReservationState.PUBLISHED
         entry.state = SlotState.PUBLISHED
         entry.reservation = None
-        self._tails.setdefault(entry.unit_prefix, Counter())[entry.tail] += 1
+        tails = self._tails.setdefault(entry.unit_prefix, {})
+        tails[entry.tail] = tails.get(entry.tail, 0) + 1
         if self._forest is not None:
             self._add_to_forest(entry)
         return True
@@ -704,16 +706,17 @@ class ReferenceIndex:
         """The policy's choice, checked before anything changes: a policy object is user
         code, and evicting a pinned or reserved slot would hand out a slot that a restore
         is reading or a writer is filling (DESIGN §3)."""
-        name = getattr(self._policy, "name", type(self._policy).__name__)
         if not isinstance(victim, int) or not (
             self._first <= victim < self._first + self._capacity
         ):
+            name = self._policy_name()
             raise SlotStateError(
                 f"eviction policy {name!r} chose slot {victim!r}, which is not a slot of this "
                 f"index ({self._first}..{self._first + self._capacity - 1}); victim() must "
                 "return a slot for which its evictable(slot) argument is true, or None"
             )
         if not self._evictable(victim):
+            name = self._policy_name()
             entry = self._slots[victim - self._first]
             why = (
                 "free"
@@ -727,6 +730,9 @@ class ReferenceIndex:
                 "evicted; victim() must return a slot for which its evictable(slot) argument "
                 "is true, or None"
             )
+
+    def _policy_name(self) -> str:
+        return getattr(self._policy, "name", type(self._policy).__name__)
 
     def _evictable(self, slot: int) -> bool:
         entry = self._slots[slot - self._first]

@@ -194,12 +194,13 @@ class LockstepChecker:
                 f"reservation of {previous.key.tokens} tokens (request "
                 f"{previous.request_id!r}, step {previous.step}) is still open",
             )
-        if self._pins[slot] > 0 or self._restoring[slot] > 0:
+        pins, restoring = self._pins.get(slot, 0), self._restoring.get(slot, 0)
+        if pins > 0 or restoring > 0:
             self.report(
                 "pinned-evicted",
                 slot,
-                f"slot {slot} handed out for writing while pinned {self._pins[slot]} time(s) "
-                f"with {self._restoring[slot]} restore(s) reading it",
+                f"slot {slot} handed out for writing while pinned {pins} time(s) "
+                f"with {restoring} restore(s) reading it",
             )
         if previous is not None and previous.state == "published":
             previous.state = "evicted"
@@ -258,28 +259,33 @@ class LockstepChecker:
                 f"lookup returned slot {slot} ({key.tokens} tokens) whose write {what}",
             )
 
+    # The per-slot counters are read with ``get``: a Counter's own lookup of a missing
+    # slot goes through its Python ``__missing__``, and these run on every event.
+
     def on_pin(self, slot: int) -> None:
-        self._pins[slot] += 1
+        self._pins[slot] = self._pins.get(slot, 0) + 1
 
     def on_unpin(self, slot: int) -> None:
         # Restores are not told apart: each in-flight copy needs a pin of its own, so an
         # unpin is early when fewer pins would remain than copies still reading the slot.
-        if self._restoring[slot] > self._pins[slot] - 1:
+        pins, restoring = self._pins.get(slot, 0), self._restoring.get(slot, 0)
+        if restoring > pins - 1:
             self.report(
                 "unpinned-early",
                 slot,
-                f"slot {slot} unpinned while {self._restoring[slot]} restore copy(ies) "
-                f"still read it and {max(self._pins[slot] - 1, 0)} pin(s) would remain",
+                f"slot {slot} unpinned while {restoring} restore copy(ies) "
+                f"still read it and {max(pins - 1, 0)} pin(s) would remain",
             )
-        self._pins[slot] -= 1
-        if self._pins[slot] <= 0:
-            del self._pins[slot]
+        if pins - 1 <= 0:
+            self._pins.pop(slot, None)
+        else:
+            self._pins[slot] = pins - 1
 
     # --- backend and stream events ---------------------------------------------------
 
     def on_write(self, slot: int) -> None:
         """The backend wrote (issued the write of) a checkpoint into ``slot``."""
-        if self._pins[slot] > 0 or self._restoring[slot] > 0:
+        if self._pins.get(slot, 0) > 0 or self._restoring.get(slot, 0) > 0:
             self.report("pinned-evicted", slot, f"slot {slot} written while pinned")
         booking = self._by_slot.get(slot)
         if booking is None or booking.state != "open":
@@ -303,19 +309,22 @@ class LockstepChecker:
             booking.complete = True
 
     def on_restore_issued(self, slot: int) -> None:
-        if self._restoring[slot] >= self._pins[slot]:
+        pins, restoring = self._pins.get(slot, 0), self._restoring.get(slot, 0)
+        if restoring >= pins:
             self.report(
                 "unpinned-early",
                 slot,
                 f"restore from slot {slot} issued without a pin of its own "
-                f"({self._pins[slot]} pin(s), {self._restoring[slot]} copy(ies) already reading)",
+                f"({pins} pin(s), {restoring} copy(ies) already reading)",
             )
-        self._restoring[slot] += 1
+        self._restoring[slot] = restoring + 1
 
     def on_restore_complete(self, slot: int) -> None:
-        self._restoring[slot] -= 1
-        if self._restoring[slot] <= 0:
-            del self._restoring[slot]
+        restoring = self._restoring.get(slot, 0) - 1
+        if restoring <= 0:
+            self._restoring.pop(slot, None)
+        else:
+            self._restoring[slot] = restoring
 
     def on_mismatch(self, slot: int, detail: str) -> None:
         """A real-tensor backend found restored state differing from a scratch prefill."""

@@ -6,12 +6,12 @@ segment::
 
     token(segment_id, i) = (segment_id << 20) + i          # 0 <= segment_id < 2**43
 
-so every token id fits a signed 64-bit integer and materialising a segment is one C-speed
-``array('q', range(base, base + length))``. A segment's tokens never occur in another
-segment, and a segment always starts at offset 0, so two prompts share a prefix of ``t``
-tokens exactly when they share their leading segments and then a prefix of one more
-segment (same id, different lengths): :func:`common_prefix` computes ``t`` from the
-segments alone, in O(segments).
+so every token id fits a signed 64-bit integer and materialising a segment is
+``array('q', range(base, base + length))``, built at C speed (:func:`segment_tokens`). A
+segment's tokens never occur in another segment, and a segment always starts at offset 0,
+so two prompts share a prefix of ``t`` tokens exactly when they share their leading
+segments and then a prefix of one more segment (same id, different lengths):
+:func:`common_prefix` computes ``t`` from the segments alone, in O(segments).
 
 A :class:`Prompt` is a node in a tree: a **parent** prompt (or none) plus the segments it
 appends. A session's turn ``k + 1`` extends turn ``k``'s prompt, a few-shot request extends
@@ -38,6 +38,7 @@ mapped tokens).
 from __future__ import annotations
 
 import random
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
@@ -119,16 +120,64 @@ def map_token(token_id: int, vocab: int) -> int:
 def segment_tokens(segment_id: int, length: int, vocab: int | None = None) -> array[int]:
     """The ``length`` token ids of segment ``segment_id`` (raw, or mapped into ``[0, vocab)``).
 
-    C-speed: one ``array`` built from a ``range`` (raw) or a few table slices (mapped).
+    C-speed: raw ids are :func:`_raw_tokens` (the spec's ``range``, built as bytes), mapped
+    ids a few table slices.
     """
     if vocab is None:
         base = segment_id << OFFSET_BITS
-        return array("q", range(base, base + length))
+        if (
+            type(length) is int
+            and length <= MAX_SEGMENT_TOKENS
+            and 0 <= segment_id <= MAX_SEGMENT_ID
+        ):
+            return _raw_tokens(base, length)
+        return _raw_tokens_plain(base, length)  # out of the id space: as the spec has it
     table = _vocab_table(_check_vocab(vocab))
     position = _mix64(segment_id) % _VOCAB_PERIOD
     out = table[position : position + length]
     while len(out) < length:
         out += table[: length - len(out)]
+    return out
+
+
+def _raw_tokens_plain(base: int, length: int) -> array[int]:
+    """The raw ids ``base, base + 1, ..., base + length - 1`` (the spec of the raw path)."""
+    return array("q", range(base, base + length))
+
+
+#: Tokens per lane run of :func:`_raw_tokens`: ``2**16``.
+_RUN = 1 << 16
+
+
+@lru_cache(maxsize=1)
+def _iota_image() -> bytes:
+    """The little-endian int64 bytes of ``0, 1, ..., 2**16 - 1`` (512 KiB, built once)."""
+    words = _raw_tokens_plain(0, _RUN)
+    if sys.byteorder == "big":
+        words.byteswap()
+    return words.tobytes()
+
+
+def _raw_tokens(base: int, length: int) -> array[int]:
+    """:func:`_raw_tokens_plain` without a Python int per token, for a ``base`` that is a
+    multiple of ``2**16`` (every segment's is) with ``base + length <= 2**63``.
+
+    For ``i < 2**16``, ``base + i == base | i``: its little-endian int64 bytes are the two
+    low bytes of ``i`` followed by bytes 2..7 of ``base``. So a run of up to ``2**16``
+    tokens is a copy of :func:`_iota_image` whose bytes 2..7 of every word are overwritten
+    with ``base``'s: six strided slice assignments, at C speed.
+    tests/workloads/test_workloads_generators.py checks it against the plain path.
+    """
+    iota, out = _iota_image(), array("q")
+    for first in range(0, length, _RUN):
+        count = min(length - first, _RUN)
+        image = bytearray(iota[: 8 * count])
+        high = (base + first).to_bytes(8, "little")
+        for lane in range(2, 8):
+            image[lane::8] = high[lane : lane + 1] * count
+        out.frombytes(image)
+    if sys.byteorder == "big":
+        out.byteswap()
     return out
 
 

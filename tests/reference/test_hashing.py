@@ -7,7 +7,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reference.errors import InvalidConfigError, InvalidTokenCountError
-from reference.hashing import HashedPrompt
+from reference.hashing import (
+    DIGEST_BYTES,
+    HashedPrompt,
+    _chain_units_fast,
+    chain_units,
+    root_digest,
+    unit_link,
+)
 
 tokens_strategy = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=70)
 
@@ -172,3 +179,51 @@ def test_digest_golden_vector() -> None:
         "extras are hashed in their given order; swapping them must give the pinned digest"
     )
     assert swapped.digest(0) != hashed.digest(0), "the order of extras is part of the key"
+
+
+# --- the fast unit chain against the spec ------------------------------------------------
+
+
+def _le_bytes(tokens: list[int]) -> bytes:
+    return b"".join(token.to_bytes(8, "little", signed=True) for token in tokens)
+
+
+@given(data=st.data())
+def test_fast_unit_chain_is_the_spec_chain_bit_for_bit(data: st.DataObject) -> None:
+    """``_chain_units_fast`` (copies of one keyed hasher) against ``chain_units`` (the
+    spec's ``unit_link`` in a loop): the same links, for any start link, unit and tokens."""
+    unit = data.draw(st.integers(1, 17), label="hash unit (tokens)")
+    units = data.draw(st.integers(0, 6), label="units hashed")
+    tokens = data.draw(
+        st.lists(st.integers(-(2**63), 2**63 - 1), min_size=units * unit, max_size=units * unit),
+        label="tokens",
+    )
+    previous = data.draw(
+        st.one_of(st.just(root_digest("m", ())), st.binary(min_size=32, max_size=32)),
+        label="link before the first unit",
+    )
+    packed = _le_bytes(tokens)
+    fast = _chain_units_fast(previous, packed, unit * 8)
+    assert fast == chain_units(previous, packed, unit * 8)
+    assert len(fast) == units and all(len(link) == DIGEST_BYTES for link in fast)
+
+
+@given(data=st.data())
+def test_unit_digests_are_the_spec_chain_whatever_the_order_asked(data: st.DataObject) -> None:
+    """A HashedPrompt's unit digests (filled by the fast path, a piece at a time, across
+    ``extend``) are the chain the spec builds from scratch with ``unit_link``."""
+    unit = data.draw(st.integers(1, 9), label="hash unit (tokens)")
+    tokens = data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60), label="tokens")
+    cut = data.draw(st.integers(0, len(tokens)), label="tokens before extend")
+    first = HashedPrompt(tokens[:cut], namespace="m", extras=("x",), unit=unit)
+    asked_first = data.draw(st.integers(0, cut // unit), label="units asked before extend")
+    first.unit_digest(asked_first)
+    prompt = first.extend(tokens[cut:])
+    order = data.draw(
+        st.permutations(range(len(tokens) // unit + 1)), label="order the units are asked in"
+    )
+    got = {units: prompt.unit_digest(units) for units in order}
+    spec = [root_digest("m", ("x",))]
+    for start in range(0, len(tokens) // unit * unit, unit):
+        spec.append(unit_link(spec[-1], _le_bytes(tokens[start : start + unit])))
+    assert [got[units] for units in range(len(spec))] == spec

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference import placement as ref
-from reference.api import PrefillChunk
+from reference.api import PrefillChunk, check_count
 from reference.conformance import vectors_placement
 from reference.conformance.vectors_record import DesignDrift
 from reference.errors import InvalidConfigError, InvalidTokenCountError, UnknownPolicyError
@@ -520,3 +520,39 @@ def test_vector_generator_records_the_design_values() -> None:
     for end, expected in ((2048, 2032), (4097, 4080), (8193, 8176), (15, 0)):
         (step,) = cases[f"design-2/block-floor/{end}->{expected} at B=16"]["steps"]
         assert step["expect"] == {"result": [expected] if expected else []}
+
+
+class _Position(int):
+    """An int subclass: a valid hint entry, though not exactly an ``int``."""
+
+
+@given(data=st.data())
+@settings(max_examples=150)
+def test_chunk_hint_entries_are_checked_as_check_count_would(data: st.DataObject) -> None:
+    """PrefillChunk lets an exact ``int >= 0`` hint entry through without calling
+    ``check_count`` (the hot path); every other entry still goes to it. Against the plain
+    rule, ``check_count`` on each entry in turn: the same chunk, or the same error."""
+    entry = st.one_of(
+        st.integers(-3, 50),
+        st.booleans(),
+        st.integers(-3, 50).map(_Position),
+        st.floats(-3, 50),
+        st.text(max_size=2),
+        st.none(),
+    )
+    name = data.draw(st.sampled_from(["turn_starts", "branch_points"]), label="hint")
+    values = data.draw(st.lists(entry, max_size=5), label="entries")
+    container = data.draw(st.sampled_from([tuple, list]), label="container")
+    expected: str | None = None
+    try:
+        for value in values:
+            check_count(f"{name} entry", value)
+    except InvalidTokenCountError as error:
+        expected = str(error)
+    try:
+        chunk = PrefillChunk(0, 10, 10, **{name: container(values)})
+    except InvalidTokenCountError as error:
+        assert str(error) == expected
+    else:
+        assert expected is None
+        assert getattr(chunk, name) == tuple(values)

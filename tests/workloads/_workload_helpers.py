@@ -95,7 +95,8 @@ class WorkCounter:
         self.materialised = 0
         self.hashed = 0
         segment_tokens = prompt_module.segment_tokens
-        blake2b = hashlib.blake2b  # what reference.hashing calls
+        blake2b = hashlib.blake2b  # what reference.hashing calls for tails (and the spec)
+        chain_units = hashing._chain_units_fast  # what it calls for whole units
 
         def counting_segment_tokens(segment_id: int, length: int, vocab: int | None = None) -> Any:
             self.materialised += length
@@ -106,8 +107,13 @@ class WorkCounter:
                 self.hashed += (len(data) - hashing.DIGEST_BYTES) // 8
             return blake2b(data, **kwargs)
 
+        def counting_chain_units(previous: bytes, data: bytes, unit_bytes: int) -> Any:
+            self.hashed += len(data) // 8
+            return chain_units(previous, data, unit_bytes)
+
         monkeypatch.setattr(prompt_module, "segment_tokens", counting_segment_tokens)
         monkeypatch.setattr(hashing, "blake2b", counting_blake2b)
+        monkeypatch.setattr(hashing, "_chain_units_fast", counting_chain_units)
 
     def snapshot(self) -> tuple[int, int]:
         return self.materialised, self.hashed

@@ -44,7 +44,13 @@ from sim.workloads import (
     segment_tokens,
     shared_system_prompt,
 )
-from sim.workloads.prompt import MAX_SEGMENT_ID, MAX_SEGMENT_TOKENS, OFFSET_BITS
+from sim.workloads.prompt import (
+    MAX_SEGMENT_ID,
+    MAX_SEGMENT_TOKENS,
+    OFFSET_BITS,
+    _raw_tokens,
+    _raw_tokens_plain,
+)
 from tests.workloads._workload_helpers import (
     GENERATORS,
     SMALL,
@@ -415,8 +421,9 @@ def test_int_dist_draws_are_the_clipped_rounded_lognormal_draws_of_the_same_stre
 @given(data=st.data())
 @settings(max_examples=60, deadline=None)
 def test_raw_segment_tokens_are_the_range_of_the_segment(data: st.DataObject) -> None:
-    """The C-speed raw path (numpy.arange bytes) is the spec's ``range`` of the segment's
-    ids, type and all, for any segment id and length (0 and the largest included)."""
+    """The C-speed raw path (the ids' bytes, built without an int per token) is the spec's
+    ``range`` of the segment's ids, type and all, for any segment id and length (0 and the
+    largest included)."""
     segment_id = data.draw(st.integers(0, MAX_SEGMENT_ID), label="segment id")
     length = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX_SEGMENT_TOKENS)), label="length")
     got = segment_tokens(segment_id, length)
@@ -426,3 +433,50 @@ def test_raw_segment_tokens_are_the_range_of_the_segment(data: st.DataObject) ->
     assert [segment_token(segment_id, i) for i in (0, length - 1) if length] == [
         got[i] for i in (0, length - 1) if length
     ]
+
+
+@given(data=st.data())
+@settings(max_examples=80, deadline=None)
+def test_raw_token_fast_path_is_the_plain_path(data: st.DataObject) -> None:
+    """``_raw_tokens`` (a byte image of ``0 .. 2**16 - 1`` with the base's high bytes laid
+    over it) against ``_raw_tokens_plain`` (the ``range``): equal for every base that is a
+    multiple of ``2**16`` up to the last segment's, around each run boundary too."""
+    base = data.draw(
+        st.one_of(
+            st.integers(0, MAX_SEGMENT_ID).map(lambda segment: segment << OFFSET_BITS),
+            st.integers(0, (1 << 47) - 1).map(lambda run: run << 16),
+        ),
+        label="base (a multiple of 2**16)",
+    )
+    room = (1 << 63) - base  # every token id must fit a signed 64-bit int
+    length = data.draw(
+        st.one_of(
+            st.integers(0, 300),
+            st.sampled_from([(1 << 16) - 1, 1 << 16, (1 << 16) + 1, 3 << 16]),
+        ).filter(lambda n: n <= room),
+        label="length",
+    )
+    got = _raw_tokens(base, length)
+    assert isinstance(got, array) and got.typecode == "q"
+    assert got == _raw_tokens_plain(base, length)
+
+
+@pytest.mark.parametrize(
+    ("segment_id", "length"),
+    [(-1, 5), (MAX_SEGMENT_ID + 1, 3), (MAX_SEGMENT_ID, MAX_SEGMENT_TOKENS + 1), (7, -2)],
+)
+def test_raw_segment_tokens_outside_the_id_space_follow_the_spec(
+    segment_id: int, length: int
+) -> None:
+    """Outside the id space the raw path is the spec's ``range`` itself: the same ids, or
+    the same error."""
+    base = segment_id << OFFSET_BITS
+    try:
+        expected: object = array("q", range(base, base + length))
+    except OverflowError as error:
+        expected = type(error)
+    try:
+        got: object = segment_tokens(segment_id, length)
+    except OverflowError as error:
+        got = type(error)
+    assert got == expected
