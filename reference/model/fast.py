@@ -79,7 +79,7 @@ def _rows(count: int, width: int) -> torch.Tensor:
     """An uninitialised ``[count, width]`` tensor whose rows start 64 bytes apart (like a
     fresh tensor each) with a gap after each, so TensorIterator cannot merge them."""
     stride = (width // _ALIGN + 1) * _ALIGN
-    return torch.empty(count, stride, dtype=DTYPE)[:, :width]
+    return torch.empty_strided((count, width), (stride, 1), dtype=DTYPE)
 
 
 def _apart(x: torch.Tensor) -> torch.Tensor:
@@ -96,7 +96,10 @@ def _apart(x: torch.Tensor) -> torch.Tensor:
 def _apart_empty(count: int, *shape: int) -> torch.Tensor:
     """An uninitialised ``[count, *shape]`` laid out as :func:`_apart` lays out its
     result: the ``out=`` of an elementwise operation whose result a transcendental
-    function reads next (saves :func:`_apart`'s copy)."""
+    function reads next (saves :func:`_apart`'s copy); for one token a fresh tensor, as
+    :func:`_apart` leaves one token's."""
+    if count == 1:
+        return torch.empty(1, *shape, dtype=DTYPE)
     return _rows(count, math.prod(shape)).view(count, *shape)
 
 
@@ -449,8 +452,8 @@ def _attn(
     scale = math.sqrt(proj.head_dim)
     outs = []
     for query, p in zip(q[:, :, None, :].unbind(0), positions, strict=True):
-        scores = torch.bmm(query, keys_t[:, :, : p + 1]).div_(scale)
-        outs.append(torch.bmm(torch.softmax(scores, dim=-1), values_t[:, : p + 1]))
+        scores = torch.bmm(query, keys_t.narrow(2, 0, p + 1)).div_(scale)
+        outs.append(torch.bmm(torch.softmax(scores, dim=-1), values_t.narrow(1, 0, p + 1)))
     return _Out(_attention_out(proj, outs), None, {e: {} for e in emit})
 
 
