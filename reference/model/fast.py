@@ -545,7 +545,7 @@ def _forward(
             raws[str(index)] = result.raw
         parts[str(index)] = result.emitted
     hidden = rms_norm(x, model.final_norm, eps)
-    logits = _linear_rows(hidden, model.lm_head).contiguous()
+    logits = _linear_rows(hidden, model.lm_head)
     if model.draft is not None:
         _draft_rows(model.draft, model._draft_pages(state), table, start, hidden, successors)
     emitted: dict[int, dict[str, torch.Tensor]] = {}

@@ -93,6 +93,8 @@ def _bench(
         return queues[path].pop(0)
 
     monkeypatch.setattr(tensor_bench, "run_scenario", run_scenario)
+    if "--repeats" not in argv:
+        argv = (*argv, "--repeats", "2")  # the injected results: two runs of each path
     out = io.StringIO()
     code = tensor_bench.main(_args(*argv, "--quiet"), out=out)
     lines = out.getvalue().splitlines()
@@ -224,7 +226,7 @@ def test_bench_tensor_defaults() -> None:
         "crosscheck-tiny",
         None,
         None,
-        2,
+        3,
     )
     assert args.profile is None
 
