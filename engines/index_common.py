@@ -11,7 +11,7 @@ kept here once:
 - the slot range and hash unit every index reports, and the check of a slot argument
   against it (:class:`SlotRange`); the argument checks themselves are the reference
   index's own (:mod:`reference.index`: ``check_slot``, ``check_lookup_range``,
-  ``check_reserve_tokens``, ``hashed_prompt``, ``check_unsettled``; and
+  ``check_reserve_tokens``, ``hashed_prompt``, ``prompt_key``, ``check_unsettled``; and
   :func:`reference.api.check_count`), so the engines' errors read as the reference's;
 - the table of open reservations (:class:`OpenReservations`): who issued a handle, the
   slot it holds, the key being written, settling a handle exactly once;

@@ -76,7 +76,12 @@ from reference.errors import (
     SlotStateError,
 )
 from reference.hashing import HashedPrompt
-from reference.index import check_lookup_range, check_reserve_tokens, hashed_prompt
+from reference.index import (
+    check_lookup_range,
+    check_reserve_tokens,
+    hashed_prompt,
+    prompt_key,
+)
 
 #: SGLang's Mamba pool index of the first real slot (0 is the dummy write target).
 SGLANG_FIRST_MAMBA_INDEX = 1
@@ -240,9 +245,7 @@ class SglangIndex(SlotRange):
     def make_key(
         self, namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...] = ()
     ) -> CheckpointKey:
-        check_count("tokens", tokens)
-        hashed = self.hashed(namespace, prompt, extras)
-        return CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+        return prompt_key(namespace, prompt, tokens, extras, self._unit)
 
     def _radix_key(self, namespace: str, extras: tuple[str, ...], tokens: list[int]) -> Any:
         """SGLang's key: the tokens, the namespace as ``extra_key`` and the extras as

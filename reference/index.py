@@ -231,6 +231,16 @@ def hashed_prompt(
     return prompt
 
 
+def prompt_key(
+    namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...], unit: int
+) -> CheckpointKey:
+    """The key of the checkpoint after ``prompt[:tokens]`` in an index of hash unit
+    ``unit`` (``make_key`` of every index that keys by the prompt's chained digest)."""
+    check_count("tokens", tokens)
+    hashed = hashed_prompt(prompt, namespace, extras, unit)
+    return CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+
+
 def check_unsettled(
     reservation: object, owner: int, verb: str, *, discarded_by_invalidate: bool = True
 ) -> Reservation:
@@ -413,9 +423,7 @@ class ReferenceIndex:
         self, namespace: str, prompt: PromptLike, tokens: int, extras: tuple[str, ...] = ()
     ) -> CheckpointKey:
         """The key of the checkpoint after ``prompt[:tokens]``."""
-        check_count("tokens", tokens)
-        hashed = self.hashed(namespace, prompt, extras)
-        return CheckpointKey(namespace, extras, hashed.digest(tokens), tokens)
+        return prompt_key(namespace, prompt, tokens, extras, self._unit)
 
     # --- lookup -------------------------------------------------------------------------
 
