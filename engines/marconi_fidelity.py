@@ -71,6 +71,7 @@ import io
 import json
 import sys
 import tempfile
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -243,7 +244,8 @@ def _exact_bytes_class(radix_cache: type) -> type:
 class Side:
     """One simulator's answer on one trace: tokens each request skipped (trace order),
     input tokens, the alpha in force at the end (``None``: hyckpt never tuned), requests
-    looked up at the first eviction, the tuning window and whether tuning ran."""
+    looked up at the first eviction, the tuning window, whether tuning ran, and the wall
+    seconds of the run (the simulator's own loop: trace and workload already read)."""
 
     hits: list[int]
     prompt_tokens: int
@@ -251,6 +253,7 @@ class Side:
     seen_before_eviction: int | None
     window: int | None
     tuned: bool
+    wall_s: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -290,6 +293,7 @@ def run_marconi(
         _patched(marconi.tuner, **tuner_patches),
         contextlib.redirect_stdout(io.StringIO()),
     ):
+        started = time.perf_counter()
         result = marconi.run(
             trace_name=trace.name,
             num_sessions=trace.sessions,
@@ -301,6 +305,7 @@ def run_marconi(
             bootstrap_multiplier=5,
             **model,
         )
+        wall = time.perf_counter() - started
     tree = result[2]
     history = tree.request_history
     window = tree.bootstrap_window_size
@@ -311,6 +316,7 @@ def run_marconi(
         seen_before_eviction=tree.num_reqs_before_eviction,
         window=window,
         tuned=alpha is None and window is not None and len(history) >= window,
+        wall_s=wall,
     )
 
 
@@ -404,9 +410,11 @@ def run_hyckpt(
     config = dataclasses.replace(
         scenario.with_overrides(overrides, check_sweep=False).sim_config, seed=seed
     )
+    started = time.perf_counter()
     replayer = _RecordingReplayer(config, iter(requests), make_backend("shadow"))
     replayer.hits = []
     replayer.run()
+    wall = time.perf_counter() - started
     tuner = replayer.alpha_tuner
     summary = tuner.summary() if tuner is not None else {}
     tuned: Any = summary.get("alpha")
@@ -414,7 +422,7 @@ def run_hyckpt(
     seen: Any = summary.get("requests_before_first_eviction")
     window: Any = summary.get("window_requests")
     hits = replayer.hits
-    return Side(hits, replayer.metrics.prompt_tokens, alpha, seen, window, tuned is not None)
+    return Side(hits, replayer.metrics.prompt_tokens, alpha, seen, window, tuned is not None, wall)
 
 
 def _drop_cached_block(pool: Any, block: int) -> None:
@@ -721,12 +729,13 @@ def format_row(row: Row, seed: int) -> str:
         f"{seed:>4}  {row.budget_bytes / GIB:>6.2f}  {row.label:<36} {m.hit_rate:>8.2%}"
         f" {h.hit_rate:>8.2%} {(h.hit_rate - m.hit_rate) * 100:>+6.2f}  {alphas} {seen} "
         + " ".join(cells)
+        + f"  {m.wall_s:>6.2f}/{h.wall_s:.2f}"
     )
 
 
 HEADER = (
     "seed     GiB  variant                               Marconi   hyckpt   diff  alpha M/h"
-    "   n M/h  equal  -1tok shorter longer"
+    "   n M/h  equal  -1tok shorter longer  wall s M/h"
 )
 
 
@@ -788,7 +797,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"seed": seed, **row.to_dict()})
     print(
         "alpha M/h: Marconi/hyckpt at the end (* fixed); n: requests looked up at the first "
-        "eviction; per request: hits equal, hyckpt one token short, shorter, longer"
+        "eviction; per request: hits equal, hyckpt one token short, shorter, longer; wall s: "
+        "seconds of each simulator's run (trace read and workload built beforehand)"
     )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

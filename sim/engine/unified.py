@@ -79,8 +79,9 @@ class CheckpointLedger:
 
     def oldest_evictable_tick(self) -> int | None:
         """The last use of the least recently used evictable checkpoint, or ``None``."""
+        pins = self.pins  # holds no zero counts: unpin deletes a slot's at zero
         for slot, tick in self.last_use.items():
-            if not self.pins[slot]:
+            if slot not in pins:
                 return tick
         return None
 
@@ -136,7 +137,32 @@ class SharedKVPool(KVPool):
 
     def make_fresh(self, pages: int) -> bool:
         """Free pages, least recently used side first, until ``pages`` are fresh;
-        whether it succeeded (what was freed stays freed)."""
+        whether it succeeded (what was freed stays freed).
+
+        The rule is :meth:`make_fresh_by_page`'s, one page at a time; this takes every
+        cached block that is older than the oldest evictable checkpoint in one run (the
+        queue's ticks never decrease along it, and evicting a block changes no
+        checkpoint), which tests/sim/test_sim_unified.py checks against it."""
+        cached, freed_at, ledger = self._cached_free, self._freed_at, self.ledger
+        while (short := pages - self.fresh_count()) > 0:
+            checkpoint_tick = ledger.oldest_evictable_tick()
+            run = 0
+            for block in cached:
+                if run == short or (
+                    checkpoint_tick is not None and checkpoint_tick < freed_at[block]
+                ):
+                    break
+                run += 1
+            if run:
+                self._evict_oldest_cached(run)
+            elif checkpoint_tick is None or not self._evict_checkpoint():
+                return False
+        return True
+
+    def make_fresh_by_page(self, pages: int) -> bool:
+        """:meth:`make_fresh` one page at a time (the rule, plainly): while fewer than
+        ``pages`` are fresh, free the older of the head of the cached queue and the least
+        recently used evictable checkpoint (the block on a tie)."""
         cached = self._cached_free
         while self.fresh_count() < pages:
             block_tick = self._freed_at[next(iter(cached))] if cached else None
@@ -160,6 +186,16 @@ class SharedKVPool(KVPool):
                 self._evict_cached_block(block)
                 dropped += 1
         return dropped
+
+    def _evict_oldest_cached(self, count: int) -> None:
+        """Evict the ``count`` blocks at the head of the cached queue (oldest first)."""
+        cached, freed_at, unregistered = self._cached_free, self._freed_at, self._unregistered_free
+        for _ in range(count):
+            block, _ = cached.popitem(last=False)
+            del freed_at[block]
+            self._unregister(block)
+            unregistered.append(block)
+        self.evictions["lru"] += count
 
     def _evict_cached_block(self, block: int | None = None) -> None:
         if block is None:
