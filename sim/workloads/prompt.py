@@ -150,31 +150,29 @@ _RUN = 1 << 16
 
 
 @lru_cache(maxsize=1)
-def _iota_image() -> bytes:
-    """The little-endian int64 bytes of ``0, 1, ..., 2**16 - 1`` (512 KiB, built once)."""
-    words = _raw_tokens_plain(0, _RUN)
-    if sys.byteorder == "big":
-        words.byteswap()
-    return words.tobytes()
+def _iota_low_bytes() -> tuple[bytes, bytes]:
+    """Byte 0 and byte 1 of ``i`` for ``i = 0 .. 2**16 - 1`` (64 KiB each, built once)."""
+    iota = range(_RUN)
+    return bytes(i & 0xFF for i in iota), bytes(i >> 8 for i in iota)
 
 
 def _raw_tokens(base: int, length: int) -> array[int]:
     """:func:`_raw_tokens_plain` without a Python int per token, for a ``base`` that is a
     multiple of ``2**16`` (every segment's is) with ``base + length <= 2**63``.
 
-    For ``i < 2**16``, ``base + i == base | i``: its little-endian int64 bytes are the two
-    low bytes of ``i`` followed by bytes 2..7 of ``base``. So a run of up to ``2**16``
-    tokens is a copy of :func:`_iota_image` whose bytes 2..7 of every word are overwritten
-    with ``base``'s: six strided slice assignments, at C speed.
+    For ``i < 2**16``, ``base + i == base | i``: its little-endian int64 bytes are
+    ``base``'s with bytes 0 and 1 replaced by those of ``i``. So a run of up to ``2**16``
+    tokens is ``base``'s eight bytes repeated, then two strided slice assignments from
+    :func:`_iota_low_bytes`, all at C speed.
     tests/workloads/test_workloads_generators.py checks it against the plain path.
     """
-    iota, out = _iota_image(), array("q")
+    low, second = _iota_low_bytes()
+    out = array("q")
     for first in range(0, length, _RUN):
         count = min(length - first, _RUN)
-        image = bytearray(iota[: 8 * count])
-        high = (base + first).to_bytes(8, "little")
-        for lane in range(2, 8):
-            image[lane::8] = high[lane : lane + 1] * count
+        image = bytearray((base + first).to_bytes(8, "little") * count)
+        image[0::8] = low[:count]
+        image[1::8] = second[:count]
         out.frombytes(image)
     if sys.byteorder == "big":
         out.byteswap()

@@ -438,9 +438,10 @@ def test_raw_segment_tokens_are_the_range_of_the_segment(data: st.DataObject) ->
 @given(data=st.data())
 @settings(max_examples=80, deadline=None)
 def test_raw_token_fast_path_is_the_plain_path(data: st.DataObject) -> None:
-    """``_raw_tokens`` (a byte image of ``0 .. 2**16 - 1`` with the base's high bytes laid
-    over it) against ``_raw_tokens_plain`` (the ``range``): equal for every base that is a
-    multiple of ``2**16`` up to the last segment's, around each run boundary too."""
+    """``_raw_tokens`` (the base's bytes repeated, the two low bytes of each word laid over
+    from an image of ``0 .. 2**16 - 1``) against ``_raw_tokens_plain`` (the ``range``):
+    equal for every base that is a multiple of ``2**16`` up to the last segment's, around
+    each run boundary too."""
     base = data.draw(
         st.one_of(
             st.integers(0, MAX_SEGMENT_ID).map(lambda segment: segment << OFFSET_BITS),
