@@ -661,10 +661,15 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise
     requests = args.requests
     warnings: list[str] = []
-    if args.trace is not None or config.backend in REAL_TENSOR_BACKENDS:
-        # Read the trace (or generate the workload) once up front: a bad trace line is
-        # reported before anything runs, the progress bar counts the requests there are,
-        # and a real-tensor run that would take hours says so.
+    if args.trace is not None:
+        # build_trace read the whole trace: a bad line is already reported, and the
+        # progress bar counts the requests there are.
+        counted = description["requests"]
+        assert isinstance(counted, int)
+        requests = counted
+    if config.backend in REAL_TENSOR_BACKENDS:
+        # Read the workload once up front, so that a real-tensor run that would take
+        # hours says so.
         bar = progress_bar(None, show_progress(args), "reading the workload", delay_s=1.0)
         with bar as reading:
             lengths = prompt_lengths(make_requests(), reading)

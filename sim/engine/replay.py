@@ -71,8 +71,7 @@ class Replayer(Engine):
             self._duration(plan)  # counts the prefill FLOPs (its seconds are not used)
             self._complete(plan, self._now)
             if seq.phase is Phase.DONE:  # a one-token answer finishes with its prefill
-                self.running.remove(seq)
-                return
+                return  # (and _complete has taken it out of the running list)
         last = seq.prompt_len + seq.output_tokens - 1
         grown = self._grow(seq, last, StepPlan(self.step))
         assert grown, "a lone request always fits (the rejection rule)"

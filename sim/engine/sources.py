@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,6 +43,10 @@ WORKLOAD_NAMES: tuple[str, ...] = (*ALIASES, *COUNT_FIELDS)
 
 #: Requests one run simulates at most.
 MAX_REQUESTS = 2**31
+
+#: Requests of a trace :func:`build_trace`'s validating read keeps for the first run, so
+#: that run does not read the file again (larger traces are read again: memory).
+KEEP_TRACE_REQUESTS = 50_000
 
 
 def _check_requests(requests: object) -> int:
@@ -139,7 +144,12 @@ TRACE_FORMATS: tuple[str, ...] = ("sessions", "mooncake", "marconi")
 
 
 def build_trace(
-    path: str, trace_format: str, requests: int, block_size: int = 512
+    path: str,
+    trace_format: str,
+    requests: int,
+    block_size: int = 512,
+    *,
+    keep: int = KEEP_TRACE_REQUESTS,
 ) -> tuple[Callable[[], Iterator[RequestLike]], dict[str, object]]:
     """A factory of the first ``requests`` requests replayed from a trace file.
 
@@ -153,7 +163,10 @@ def build_trace(
     bad line anywhere is reported before anything runs (not only in the first
     ``requests``), and the description records how many requests it holds
     (``trace_requests``): a trace longer than ``requests`` is cut, and
-    :func:`sim.engine.command.warning_lines` says so. The replay streams it again.
+    :func:`sim.engine.command.warning_lines` says so. That read keeps the requests a run
+    uses when there are at most ``keep`` of them: the factory's first call streams those
+    (letting each go as it is taken), every later call reads the file again, as the
+    first does for a larger trace; each gives the same requests.
 
     Raises:
         InvalidConfigError: unknown format or bad count.
@@ -174,9 +187,21 @@ def build_trace(
     else:
         workload = marconi_trace(path)
     why = f"trace {path} holds no requests (it has no non-blank line)"
-    held = sum(1 for _ in workload)  # validates every line before the run
+    held = 0
+    kept: deque[RequestLike] | None = deque()
+    for request in workload:  # validates every line before the run
+        held += 1
+        if kept is not None and held <= requests:
+            if held > keep:
+                kept = None  # too many to hold: the run reads the file again
+            else:
+                kept.append(request)
 
     def stream() -> Iterator[RequestLike]:
+        nonlocal kept
+        if kept is not None:
+            first, kept = kept, None
+            return _at_least_one(_taking(first), why)
         return _at_least_one(itertools.islice(iter(workload), requests), why)
 
     description: dict[str, object] = {
@@ -187,3 +212,9 @@ def build_trace(
         "trace_requests": held,
     }
     return stream, description
+
+
+def _taking(queue: deque[RequestLike]) -> Iterator[RequestLike]:
+    """The requests of ``queue`` in order, each removed as it is taken."""
+    while queue:
+        yield queue.popleft()

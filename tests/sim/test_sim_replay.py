@@ -78,6 +78,25 @@ def test_replay_equals_the_engine_where_timing_cannot_matter(
     assert engine.totals["evictions"].get("checkpoint:capacity", 0) > 0
 
 
+@pytest.mark.parametrize("cache_generated", [False, True], ids=["prompt-only", "generated"])
+def test_a_one_token_answer_finishes_with_its_prefill_in_the_replay_too(
+    cache_generated: bool,
+) -> None:
+    # Every third answer is one token long: the request finishes in the step that ends
+    # its prefill (the replay crashed there once, taking it out of the running list twice).
+    config = SimConfig(checkpoint_slots=12, cache_generated=cache_generated)
+    workload = [
+        dataclasses.replace(request, output_tokens=1) if i % 3 == 0 else request
+        for i, request in enumerate(spaced("multi_turn_chat", 30, seed=2))
+    ]
+    engine = run_simulation(config, workload)
+    replay = run_simulation(dataclasses.replace(config, mode="replay"), workload)
+    assert engine.ok and replay.ok
+    assert replay.totals["requests"]["finished"] == 30
+    for key in CACHE_TOTALS:
+        assert replay.totals[key] == engine.totals[key], key
+
+
 def test_a_replay_result_has_no_timing_fields_and_reports_build(tmp_path: Path) -> None:
     stream, description = build_workload("multi_turn_chat", 40, 0)
     result = run_simulation(SimConfig(mode="replay"), stream(), workload=description)
