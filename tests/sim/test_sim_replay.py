@@ -184,10 +184,34 @@ def test_hyckpt_replay_runs_and_writes_the_result(
 def test_bench_replay_prints_its_throughput_against_the_engine(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = cli_main(["bench", "replay", "--requests", "60", "--quiet"])
+    code = cli_main(["bench", "replay", "--requests", "60", "--repeats", "2", "--quiet"])
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("replay: chat, 60 requests") and "lockstep ok" in lines[0]
     assert lines[1].startswith("engine: chat, 60 requests")
+    assert lines[2] == "runs of each (2, the fastest shown): identical"
     assert lines[-2].startswith("targets (>= 20000 requests/s, >= 10x the engine): ")
     assert re.fullmatch(r"replay throughput: \d+ requests/s \(\d+\.\dx the engine\)", lines[-1])
+
+
+def test_bench_replay_fails_when_its_runs_disagree(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.bench import replay_bench
+
+    calls: list[int] = []
+    run = replay_bench.run_simulation
+
+    def drifting(*args: object, **kwargs: object) -> object:
+        result = run(*args, **kwargs)  # type: ignore[arg-type]
+        calls.append(1)
+        if len(calls) == 3:  # the second replay
+            result.totals["hit_tokens"] += 1
+        return result
+
+    monkeypatch.setattr(replay_bench, "run_simulation", drifting)
+    assert cli_main(["bench", "replay", "--requests", "30", "--repeats", "2", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "runs of each (2, the fastest shown): DIFFERENT (replay totals)" in out
+    with pytest.raises(SystemExit, match="--repeats must be >= 1, got 0"):
+        cli_main(["bench", "replay", "--repeats", "0", "--quiet"])
