@@ -123,12 +123,20 @@ def test_check_takes_folders_and_a_missing_path_is_exit_2(
 
 @pytest.mark.parametrize(
     "argv",
-    [["--version"], ["--help"], ["check", str(SCENARIO_DIR)]],
-    ids=["version", "help", "check"],
+    [
+        ["--version"],
+        ["--help"],
+        ["check", str(SCENARIO_DIR)],
+        ["simulate", "--requests", "20", "--quiet"],
+        ["replay", "--requests", "20", "--memory", "unified", "--cache-gib", "1", "--quiet"],
+    ],
+    ids=["version", "help", "check", "simulate-shadow", "replay-shadow"],
 )
 def test_starting_without_work_does_not_import_torch(argv: list[str]) -> None:
     """Torch takes seconds to import: commands that parse or validate never need it
-    (``check`` validates every shipped scenario, memory plans included)."""
+    (``check`` validates every shipped scenario, memory plans included), and neither does
+    a run on the metadata-only ``shadow`` backend (the reference's index and placement;
+    its storage and exporter, which need torch, load only for a real-tensor backend)."""
     code = (
         "import sys\n"
         "from sim.cli import main\n"

@@ -18,9 +18,10 @@ The index and placement policy of a run always come from the backend's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from reference.api import Implementation
-from reference.conformance.buffer_habits import CLEAN, habits_named
+from reference.conformance.habits import CLEAN, habits_named
 from reference.conformance.loading import DEFAULT_IMPL, load_implementation
 from reference.errors import ImplementationLoadError, InvalidConfigError
 from sim.engine.backends.base import (
@@ -33,10 +34,23 @@ from sim.engine.backends.base import (
 )
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.backends.shadow import ShadowBackend
-from sim.engine.backends.tensor import TensorBackend
+
+if TYPE_CHECKING:
+    from sim.engine.backends.tensor import TensorBackend
 
 #: The GPU layer's implementation factory.
 GPU_IMPL = "gpu.impl:implementation"
+
+
+def __getattr__(name: str) -> Any:
+    """``TensorBackend``, imported on first use: it needs torch, which a metadata-only
+    (``shadow``) run never loads."""
+    if name == "TensorBackend":
+        from sim.engine.backends.tensor import TensorBackend
+
+        return TensorBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "GPU_IMPL",
@@ -87,6 +101,8 @@ def make_backend(
         return ShadowBackend(load_implementation(impl or DEFAULT_IMPL))
 
     def tensors(implementation: Implementation, label: str) -> TensorBackend:
+        from sim.engine.backends.tensor import TensorBackend
+
         return TensorBackend(
             implementation, name=label, check_exactness=check_exactness, habits=habits
         )
