@@ -20,6 +20,8 @@ printed is::
 
 The issue's targets are N >= 20,000 requests/s on one core and R >= 10; the line before
 the last says whether this run met them (docs/BENCHMARKS.md has measured numbers).
+``--floors`` adds a line with what the replay's KV pool and its hashing cost alone
+(:mod:`sim.bench.replay_floors`) and the throughput that leaves at most.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs of each; the fastest counts (3)"
     )
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also time the replay's KV pool calls and its hashing alone (sim.bench.replay_floors)",
+    )
     add_progress_arguments(parser, quiet="no progress bar")
 
 
@@ -70,6 +77,29 @@ def _run(args: argparse.Namespace, config: SimConfig) -> SimResult:
     label = f"bench replay ({config.mode})"
     with progress_bar(args.requests, show_progress(args), label) as progress:
         return run_simulation(config, make_requests(), workload=description, progress=progress)
+
+
+def _floors(args: argparse.Namespace, config: SimConfig, replay_s: float) -> str:
+    """The line of ``--floors``: the KV pool's and the hashing's seconds alone, and the
+    throughput their sum allows (fastest of ``--repeats`` each)."""
+    from sim.bench.replay_floors import hashing_seconds, pool_seconds, recorded_pool_calls
+    from sim.engine.backends import make_backend
+    from sim.engine.kv_pool import KVPool
+
+    make_requests, _ = build_workload(args.workload, args.requests, args.seed)
+    calls, pool = recorded_pool_calls(config, make_requests(), make_backend("shadow"))
+    pool_s = min(
+        pool_seconds(calls, KVPool(pool.num_blocks, pool.block_size, pool.keep_copies))
+        for _ in range(args.repeats)
+    )
+    hashing_s = min(hashing_seconds(config, make_requests) for _ in range(args.repeats))
+    floor = pool_s + hashing_s
+    bound = args.requests / floor if floor > 0 else 0.0
+    return (
+        f"floors: KV pool alone {pool_s:.3f} s ({len(calls)} calls), workload and hashing "
+        f"{hashing_s:.3f} s, replay {replay_s:.3f} s: at most {bound:.0f} requests/s "
+        "were the rest of the engine free"
+    )
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -111,6 +141,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
             + ("identical" if not differ else f"DIFFERENT ({', '.join(differ)})"),
             file=stream,
         )
+    if args.floors:
+        print(_floors(args, config, replay.wall_s), file=stream)
     finished = replay.totals["requests"]["finished"]
     throughput = finished / replay.wall_s if replay.wall_s > 0 else 0.0
     ratio = engine.wall_s / replay.wall_s if replay.wall_s > 0 else 0.0

@@ -215,3 +215,33 @@ def test_bench_replay_fails_when_its_runs_disagree(
     assert "runs of each (2, the fastest shown): DIFFERENT (replay totals)" in out
     with pytest.raises(SystemExit, match="--repeats must be >= 1, got 0"):
         cli_main(["bench", "replay", "--repeats", "0", "--quiet"])
+
+
+def test_the_pool_floor_replays_exactly_the_calls_the_replay_made() -> None:
+    """``bench replay --floors`` times the replay's recorded pool calls on a fresh pool;
+    made again, they must leave that pool exactly as the run left its own."""
+    from sim.bench.replay_floors import pool_seconds, recorded_pool_calls
+    from sim.engine.backends import make_backend
+    from sim.engine.kv_pool import KVPool
+
+    config = SimConfig(kv_blocks=400, cache_generated=True, mode="replay")
+    stream, _ = build_workload("multi_turn_chat", 80, 3)
+    calls, pool = recorded_pool_calls(config, stream(), make_backend("shadow"))
+    assert {name for name, _ in calls} >= {"match", "admit", "register_many", "release"}
+    assert pool.evictions["lru"] > 0  # a small pool: blocks are reused
+    fresh = KVPool(pool.num_blocks, pool.block_size, pool.keep_copies)
+    assert pool_seconds(calls, fresh) > 0
+    for attribute in ("_ref", "_digest", "_by_digest", "_cached_free", "_unregistered_free"):
+        assert getattr(fresh, attribute) == getattr(pool, attribute), attribute
+    assert fresh.evictions == pool.evictions
+
+
+def test_bench_replay_floors_prints_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "replay", "--requests", "40", "--repeats", "1", "--floors", "--quiet"]
+    assert cli_main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        r"floors: KV pool alone \d+\.\d{3} s \(\d+ calls\), workload and hashing \d+\.\d{3} s, "
+        r"replay \d+\.\d{3} s: at most \d+ requests/s were the rest of the engine free",
+        lines[2],
+    )
