@@ -76,6 +76,7 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from reference import eviction as eviction_module
 from reference.sizes import get_model, kv_bytes_per_token, recurrent_bytes_per_sequence
@@ -299,8 +300,8 @@ def run_marconi(
         finally:
             loading.append(time.perf_counter() - started)
 
-    marconi.namespace["load_request_trace"] = timed_load
     with (
+        mock.patch.dict(marconi.namespace, load_request_trace=timed_load),
         _patched(radix, **patches),
         _patched(marconi.tuner, **tuner_patches),
         contextlib.redirect_stdout(io.StringIO()),
@@ -318,7 +319,6 @@ def run_marconi(
             **model,
         )
         wall = time.perf_counter() - started - sum(loading)  # its trace read left out
-    marconi.namespace["load_request_trace"] = load_trace
     tree = result[2]
     history = tree.request_history
     window = tree.bootstrap_window_size

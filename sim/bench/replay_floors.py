@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from reference.errors import InvalidConfigError
 from sim.engine.config import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
@@ -59,7 +60,9 @@ def recorded_pool_calls(
     """Replay ``requests`` with ``config`` (split memory: one pool) recording the pool's
     calls; the calls and the pool the run used."""
     if config.memory != "split":
-        raise ValueError("the pool floor is measured with split memory (one KV pool)")
+        raise InvalidConfigError(
+            f"the KV pool floor needs memory='split' (one KV pool), got {config.memory!r}"
+        )
     replayer = Replayer(config, requests, backend)
     pool = replayer.pool
     recorder = RecordingPool(pool)

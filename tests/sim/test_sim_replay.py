@@ -236,6 +236,16 @@ def test_the_pool_floor_replays_exactly_the_calls_the_replay_made() -> None:
     assert fresh.evictions == pool.evictions
 
 
+def test_the_pool_floor_refuses_unified_memory() -> None:
+    from sim.bench.replay_floors import recorded_pool_calls
+    from sim.engine.backends import make_backend
+
+    config = SimConfig(memory="unified", cache_budget_bytes=2**30, mode="replay")
+    stream, _ = build_workload("multi_turn_chat", 5, 3)
+    with pytest.raises(InvalidConfigError, match="needs memory='split'"):
+        recorded_pool_calls(config, stream(), make_backend("shadow"))
+
+
 def test_bench_replay_floors_prints_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "replay", "--requests", "40", "--repeats", "1", "--floors", "--quiet"]
     assert cli_main(argv) == 0
