@@ -12,12 +12,14 @@ Two families:
   targets ``p`` with ``start < p <= end``: a target on a chunk boundary is the live state
   right after the chunk that ends there, so every chunking of a prompt captures exactly
   the same set.
-* **Chunk-dependent policies** (``vllm-align``, ``chunk-end``): the position is a
+* **Chunk-dependent policies** (``vllm-align``, ``chunk-end``, ``chunk-grid``): the position is a
   function of the chunk itself, so a different chunking captures different positions.
   ``vllm-align`` reproduces vLLM's align-mode prefill checkpointing: the position is a
   function of the chunk end (vLLM's ``seq_len``), and a chunk keeps it only under vLLM's
   validity rules, which include the strict ``p < end``. ``chunk-end`` reproduces
-  SGLang's ``no_buffer`` Mamba radix cache: one state at the end of every chunk.
+  SGLang's ``no_buffer`` Mamba radix cache: one state at the end of every chunk;
+  ``chunk-grid`` its ``extra_buffer`` strategy: one state per chunk on a grid counted
+  from the chunk's start.
 
 Build policies by scenario-file name with :func:`make_placement`; :data:`POLICIES` is the
 registry. Bad names raise :class:`~reference.errors.UnknownPolicyError`, bad parameters
@@ -41,6 +43,7 @@ __all__ = [
     "BlockFloor",
     "Branch",
     "ChunkEnd",
+    "ChunkGrid",
     "Interval",
     "TargetSetPolicy",
     "Turns",
@@ -385,6 +388,73 @@ class ChunkEnd:
         return (p,) if chunk.start < p <= chunk.end else ()
 
 
+# --- chunk-grid ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkGrid:
+    """``chunk-grid``: one checkpoint per prefill chunk, on a grid counted from the chunk's
+    start (SGLang's ``extra_buffer`` Mamba strategy).
+
+    Attributes:
+        grid: checkpoint grid ``G`` in tokens (``> 0``; SGLang's ``mamba_checkpoint_grid``).
+        hash_unit: hash unit ``h`` in tokens (``> 0``, divides ``grid``; default ``grid``).
+
+    A chunk ``[start, end)`` with ``end - start >= G`` captures one position: a branch
+    point ``b`` of the chunk snapped down to the grid (``floor(b/G)*G``) when
+    ``start < b < end`` and ``(b - start) % G == 0`` (the largest such), else
+    ``start + floor((end - start)/G)*G``. A shorter chunk captures nothing. Positions are
+    then snapped down to ``h`` (a no-op when ``start`` is on ``h``'s grid, as every hit
+    and chunk end of a run whose token budget is a multiple of ``h`` is). Not a target-set
+    policy: the positions depend on the chunking.
+
+    Mirrors SGLang 0.5.23 with ``extra_buffer`` (page size ``P``, no decode context
+    parallelism): ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``
+    (``managers/schedule_batch.py``) tracks the state at ``prefix_len + (extend_len //
+    G) * G`` when ``extend_len >= G``, where ``G = mamba_checkpoint_grid(P) = lcm(
+    mamba_cache_chunk_size, P)`` (``runtime_context.py``), or at the request's
+    ``mamba_branching_seqlen`` when that lies inside the chunk on the same grid; the
+    lookup sets ``mamba_branching_seqlen`` to the full-KV hit snapped down to ``G`` when it
+    lies beyond the Mamba hit (``MambaComponent.finalize_match_result_in_tree_core``,
+    ``mem_cache/unified_cache/components/mamba.py``). Which tracked states the tree keeps
+    (a middle chunk's at once, the last chunk's only when decode tracks no later one) is
+    the engine's rule, not the policy's (docs/SEMANTICS.md H8).
+    """
+
+    name = "chunk-grid"
+
+    grid: int
+    hash_unit: int | None = None
+
+    def __post_init__(self) -> None:
+        grid = _config_int(self.name, "grid", self.grid, minimum=1)
+        unit = grid if self.hash_unit is None else _check_hash_unit(self.name, self.hash_unit)
+        if grid % unit:
+            raise InvalidConfigError(
+                f"placement policy {self.name!r}: parameter 'grid'={grid} must be a multiple "
+                f"of 'hash_unit'={unit}"
+            )
+        object.__setattr__(self, "hash_unit", unit)
+
+    def positions(self, chunk: PrefillChunk) -> tuple[int, ...]:
+        """The chunk's one grid position (tokens), or ``()`` for a chunk shorter than ``G``."""
+        start, end, grid = chunk.start, chunk.end, self.grid
+        length = end - start
+        if length < grid:
+            return ()
+        position = start + length // grid * grid
+        branches = [
+            b
+            for b in (snap_down(point, grid) for point in chunk.branch_points)
+            if start < b < end and (b - start) % grid == 0
+        ]
+        if branches:
+            position = max(branches)
+        assert self.hash_unit is not None  # set by __post_init__
+        position = snap_down(position, self.hash_unit)
+        return (position,) if start < position <= end else ()
+
+
 # --- vllm-align ------------------------------------------------------------------------
 
 
@@ -584,6 +654,7 @@ POLICIES: dict[str, Callable[..., PlacementPolicy]] = {
     Branch.name: Branch,
     VllmRetention.name: VllmRetention,
     ChunkEnd.name: ChunkEnd,
+    ChunkGrid.name: ChunkGrid,
 }
 
 

@@ -14,7 +14,7 @@ from reference import placement as ref
 GENERIC = ("block-floor", "interval", "turns", "branch")
 ALL_POLICIES = ("vllm-align", *GENERIC)
 #: Policies mirroring one engine's retention, tested in tests/conformance/test_placement_engines.py.
-ENGINE_POLICIES = ("vllm-retention", "chunk-end")
+ENGINE_POLICIES = ("vllm-retention", "chunk-end", "chunk-grid")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -117,4 +117,5 @@ VALID_PARAMS: dict[str, dict[str, Any]] = {
     "branch": {"hash_unit": 16},
     "vllm-retention": {"hash_unit": 16},
     "chunk-end": {},
+    "chunk-grid": {"grid": 128, "hash_unit": 64},
 }

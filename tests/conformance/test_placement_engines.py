@@ -3,6 +3,8 @@
 * ``vllm-retention``: vLLM 0.33's sparse Mamba prefix-cache retention (a target set).
 * ``chunk-end``: SGLang's ``no_buffer`` Mamba radix cache, one state per chunk end
   (chunking-dependent).
+* ``chunk-grid``: SGLang's ``extra_buffer`` strategy, one state per chunk on a grid
+  counted from the chunk's start, or at the lookup's branch point (chunking-dependent).
 * ``branch(end_of_input=False)``: Marconi's simulator, branch points only.
 
 Every test builds policies with ``impl.make_placement(name, **params)`` and runs against
@@ -120,6 +122,74 @@ def test_chunk_end_vectors(
     )
 
 
+CHUNK_GRID_VECTORS = [
+    # (start, end, branch_points, expected) with grid G = 128, hash_unit 64
+    (0, 8192, (), (8192,)),  # a whole chunk on the grid: its end
+    (0, 5000, (), (4992,)),  # 0 + floor(5000 / 128) * 128 = 4992
+    (0, 127, (), ()),  # shorter than G: nothing tracked
+    (4992, 5300, (), (5248,)),  # counted from the start: 4992 + 2 * 128
+    (4992, 5119, (), ()),  # 127 tokens past the start: nothing
+    (0, 5000, (2100,), (2048,)),  # the branch point snapped to G (2048) replaces 4992
+    (0, 5000, (4990,), (4864,)),  # snap(4990) = 4864 < 5000: it replaces the grid point
+    (0, 5000, (5000,), (4992,)),  # snap(5000) = 4992 is on the chunk's grid, < end: kept
+    (64, 5000, (2100,), (4928,)),  # 2048 - 64 is not a multiple of G: the grid point
+    (0, 4992, (4992,), (4992,)),  # b must lie strictly before the end: the grid point
+    (0, 5000, (100,), (4992,)),  # snap(100) = 0 is not after the start
+]
+
+
+@pytest.mark.parametrize(("start", "end", "branch_points", "expected"), CHUNK_GRID_VECTORS)
+def test_chunk_grid_vectors(
+    impl: Implementation,
+    start: int,
+    end: int,
+    branch_points: tuple[int, ...],
+    expected: tuple[int, ...],
+) -> None:
+    require_placement(impl, "chunk-grid")
+    policy = impl.make_placement("chunk-grid", grid=128, hash_unit=64)
+    found = policy.positions(PrefillChunk(start, end, 9000, branch_points=branch_points))
+    assert found == expected, (
+        f"chunk-grid(G=128, h=64) on chunk [{start}, {end}) with branch points "
+        f"{branch_points} captured {found}, expected {expected}: a branch point b snapped "
+        "to G with start < b < end on the chunk's grid, else start + floor((end - start) "
+        "/ G) * G, nothing for a chunk shorter than G"
+    )
+
+
+def oracle_chunk_grid(
+    start: int, end: int, grid: int, branch_points: tuple[int, ...]
+) -> tuple[int, ...]:
+    """SGLang's ``_mamba_radix_cache_v2_req_prepare_for_extend`` for one chunk, as a loop."""
+    if end - start < grid:
+        return ()
+    tracked = start
+    while tracked + grid <= end:
+        tracked += grid
+    on_chunk_grid = [
+        b
+        for b in (point - point % grid for point in branch_points)
+        if start < b < end and (b - start) % grid == 0
+    ]
+    return (max(on_chunk_grid),) if on_chunk_grid else (tracked,)
+
+
+@given(data=st.data())
+def test_chunk_grid_positions(impl: Implementation, data: st.DataObject) -> None:
+    """One position per chunk of at least ``G`` tokens, on the chunk's own grid."""
+    require_placement(impl, "chunk-grid")
+    n = data.draw(prompt_lens, label="prompt_len")
+    grid = data.draw(st.sampled_from([1, 2, 4, 8, 16]), label="grid")
+    branch_points = data.draw(hints_for(n), label="branch_points")
+    policy = impl.make_placement("chunk-grid", grid=grid, hash_unit=1)
+    for start, end in itertools.pairwise(data.draw(chunkings(n), label="chunking")):
+        found = policy.positions(PrefillChunk(start, end, n, branch_points=branch_points))
+        assert found == oracle_chunk_grid(start, end, grid, branch_points), (
+            f"chunk-grid(G={grid}) on [{start}, {end}) with branch points {branch_points}"
+        )
+        assert all(start < p <= end and (p - start) % grid == 0 for p in found)
+
+
 def test_branch_without_end_of_input(impl: Implementation) -> None:
     require_placement(impl, "branch")
     policy = impl.make_placement("branch", hash_unit=16, end_of_input=False)
@@ -204,6 +274,10 @@ INVALID = [
     ("chunk-end", {"hash_unit": 0}, ["hash_unit", "0"]),
     ("chunk-end", {"hash_unit": True}, ["hash_unit", "True"]),
     ("chunk-end", {"hash_unit": 16, "every": 4}, ["every"]),
+    ("chunk-grid", {}, ["grid"]),
+    ("chunk-grid", {"grid": 0}, ["grid", "0"]),
+    ("chunk-grid", {"grid": 128, "hash_unit": 48}, ["grid", "128", "hash_unit", "48"]),
+    ("chunk-grid", {"grid": 12.5}, ["grid", "12.5"]),
     ("branch", {"hash_unit": 16, "end_of_input": 1}, ["end_of_input", "1"]),
     ("branch", {"hash_unit": 16, "end_of_input": "no"}, ["end_of_input", "'no'"]),
 ]

@@ -248,6 +248,7 @@ def test_policies_are_hashable_values(name: str) -> None:
         "branch": {"hash_unit": 16, "end_of_input": False},
         "vllm-retention": {"hash_unit": 16, "retention_interval": 32},
         "chunk-end": {"hash_unit": 16},
+        "chunk-grid": {"grid": 128, "hash_unit": 64},
     }
     params = every_policy[name]
     first, second = ref.make_placement(name, **params), ref.make_placement(name, **params)

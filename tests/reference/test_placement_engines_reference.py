@@ -1,7 +1,7 @@
 """The reference's own construction of the engine-mirroring placement policies
-(``vllm-retention``, ``chunk-end``; docs/SEMANTICS.md §1.1), not part of the conformance
-suite (``tests/conformance/test_placement_engines.py``): registered frozen values, and
-the wording of a bad retention interval.
+(``vllm-retention``, ``chunk-end``, ``chunk-grid``; docs/SEMANTICS.md §1.1), not part of
+the conformance suite (``tests/conformance/test_placement_engines.py``): registered frozen
+values, and the wording of a bad retention interval.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from reference import placement as ref
 from reference.api import PlacementPolicy
 from reference.errors import InvalidConfigError
 
-ENGINE_POLICIES = {"vllm-retention": {"hash_unit": 16}, "chunk-end": {}}
+ENGINE_POLICIES = {
+    "vllm-retention": {"hash_unit": 16},
+    "chunk-end": {},
+    "chunk-grid": {"grid": 128},
+}
 
 
 # --- construction and bad parameters ---------------------------------------------------
@@ -36,3 +40,4 @@ def test_engine_policies_are_registered_frozen_values(name: str) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(policy, dataclasses.fields(policy)[0].name, 1)
     assert ref.Branch(hash_unit=16).end_of_input is True  # the default keeps the end
+    assert ref.ChunkGrid(grid=128).hash_unit == 128  # the hash unit defaults to the grid
