@@ -16,6 +16,16 @@ venv ``scripts/engine-venv-sglang.sh`` builds, ``.venv-sglang/bin/python``):
 4. prints both token hit rates, how many requests' hits differ and the first differing
    requests with both hits; exit 0 when every hit agrees, 1 otherwise.
 
+``--strategy extra_buffer`` runs SGLang with the ``extra_buffer`` Mamba strategy (what
+SGLang 0.5.23 resolves ``auto`` to for NemotronH with its default overlap scheduler;
+:mod:`engines.sglang_replay`, step 6) and compares it with hyckpt's
+``sglang-extra-buffer`` preset.
+``--mamba-chunk-size`` is the model's ``mamba_chunk_size`` it tracks states on (default
+:data:`engines.sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE`). ``--json`` writes, per request,
+SGLang's hit, the positions at which it handed Mamba states to its tree
+(``sglang_mamba_inserts``) and the KV the tree holds of the request after its finish
+(``sglang_kv_in_tree``).
+
 ``--ssm-dtype sglang`` (the default) prices the Mamba state with SGLang's default SSM dtype
 (float32; ``configs/mamba_utils.py`` ``mamba2_state_dtype``) on both sides, as the preset
 does (``cache.ssm_state_dtype``); ``--ssm-dtype model`` keeps the model's bfloat16 on
@@ -35,6 +45,13 @@ from typing import Any, TextIO
 
 from engines import fidelity_common as common
 
+#: hyckpt's preset for each of SGLang's Mamba strategies.
+PRESET_OF_STRATEGY = {"no_buffer": "sglang", "extra_buffer": "sglang-extra-buffer"}
+
+#: :data:`engines.sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE` (not imported: that module
+#: is imported lazily, after SGLang).
+NEMOTRON_H_MAMBA_CHUNK_SIZE = 128
+
 
 def scenario(
     budget_bytes: int,
@@ -42,14 +59,16 @@ def scenario(
     requests: int | None,
     ssm_dtype: str = "model",
     token_budget: int | None = None,
+    strategy: str = "no_buffer",
 ) -> Any:
-    """The ``engine-presets`` scenario with the ``sglang`` preset at ``budget_bytes``
-    (``token_budget``: the prefill chunk, default the scenario's)."""
+    """The ``engine-presets`` scenario with the preset of SGLang's ``strategy``
+    (``sglang`` or ``sglang-extra-buffer``) at ``budget_bytes`` (``token_budget``: the
+    prefill chunk, default the scenario's)."""
     return common.engine_presets_scenario(
         budget_bytes,
         seed,
         requests,
-        engine="sglang",
+        engine=PRESET_OF_STRATEGY[strategy],
         token_budget=token_budget,
         float32_state=ssm_dtype == "sglang",
     )
@@ -70,6 +89,11 @@ class Comparison:
         plan: SGLang's pools (:class:`engines.sglang_replay.PoolPlan`, as a dict).
         hyckpt_pool: hyckpt's pools (``SimResult.pools``).
         tree_core: SGLang's tree core class.
+        strategy: SGLang's Mamba strategy.
+        sglang_mamba_inserts: per request, the key lengths at which SGLang handed a Mamba
+            state to the tree (:attr:`engines.sglang_replay.RequestHit.mamba_inserts`).
+        sglang_kv_in_tree: per request, the KV the tree holds of ``prompt + output`` after
+            its finish.
     """
 
     budget_bytes: int
@@ -86,6 +110,9 @@ class Comparison:
     plan: dict[str, Any]
     hyckpt_pool: dict[str, Any]
     tree_core: str
+    strategy: str = "no_buffer"
+    sglang_mamba_inserts: list[list[int]] = dataclasses.field(default_factory=list)
+    sglang_kv_in_tree: list[int] = dataclasses.field(default_factory=list)
 
     def differing(self) -> list[int]:
         """Indices of the requests whose hits differ."""
@@ -99,11 +126,16 @@ def compare(
     ssm_dtype: str = "model",
     tree_core: str | None = None,
     token_budget: int | None = None,
+    strategy: str = "no_buffer",
+    mamba_chunk_size: int | None = None,
 ) -> Comparison:
-    """Run both on the scenario's workload at ``budget_bytes``."""
+    """Run both on the scenario's workload at ``budget_bytes`` (``strategy``: SGLang's
+    Mamba strategy; hyckpt's side is that strategy's preset, :data:`PRESET_OF_STRATEGY`)."""
     from engines import sglang_replay
 
-    ours = common.replay_hyckpt(scenario(budget_bytes, seed, requests, ssm_dtype, token_budget))
+    ours = common.replay_hyckpt(
+        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy)
+    )
     hybrid = sglang_replay.HybridModel.from_hyckpt(ours.model, "model")
     replayed = sglang_replay.replay(
         hybrid,
@@ -111,6 +143,8 @@ def compare(
         budget_bytes,
         ours.config.token_budget,
         tree_core=tree_core,
+        strategy=strategy,
+        mamba_chunk_size=mamba_chunk_size or sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE,
     )
     theirs = [h.hit_tokens for h in replayed.hits]
     return Comparison(
@@ -128,6 +162,9 @@ def compare(
         plan=dataclasses.asdict(replayed.plan),
         hyckpt_pool={k: v for k, v in ours.result.pools.items() if k != "memory"},
         tree_core=replayed.tree_core,
+        strategy=strategy,
+        sglang_mamba_inserts=[list(h.mamba_inserts) for h in replayed.hits],
+        sglang_kv_in_tree=[h.kv_in_tree for h in replayed.hits],
     )
 
 
@@ -139,8 +176,8 @@ def report(comparison: Comparison, show: int, out: TextIO) -> None:
     print(
         f"  SGLang: {plan['max_mamba_cache_size']} Mamba slots of {plan['per_req_bytes']} bytes "
         f"(SSM state {plan['ssm_state_dtype']}), {plan['max_total_num_tokens']} KV tokens, "
-        f"{c.tree_core}; hyckpt: {c.hyckpt_pool['checkpoint_slots']} checkpoint slots of "
-        f"{c.hyckpt_pool['checkpoint_slot_bytes']} bytes, {c.hyckpt_pool['kv_blocks']} KV "
+        f"{c.tree_core}, {c.strategy}; hyckpt: {c.hyckpt_pool['checkpoint_slots']} checkpoint "
+        f"slots of {c.hyckpt_pool['checkpoint_slot_bytes']} bytes, {c.hyckpt_pool['kv_blocks']} KV "
         f"blocks of {c.hyckpt_pool['block_size']} tokens",
         file=out,
     )
@@ -169,13 +206,32 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser.add_argument(
         "--token-budget", type=int, default=None, help="prefill chunk (default: the scenario's)"
     )
+    parser.add_argument(
+        "--strategy",
+        choices=("no_buffer", "extra_buffer"),
+        default="no_buffer",
+        help="SGLang's Mamba radix-cache strategy (hyckpt: sglang / sglang-extra-buffer)",
+    )
+    parser.add_argument(
+        "--mamba-chunk-size",
+        type=int,
+        default=None,
+        help=f"the model's mamba_chunk_size (extra_buffer; default {NEMOTRON_H_MAMBA_CHUNK_SIZE})",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write per-request hits")
     args = parser.parse_args(argv)
     stream = out or sys.stdout
     return common.run_budgets(
         args.budget_gib,
         lambda budget: compare(
-            budget, args.seed, args.requests, args.ssm_dtype, args.tree_core, args.token_budget
+            budget,
+            args.seed,
+            args.requests,
+            args.ssm_dtype,
+            args.tree_core,
+            args.token_budget,
+            args.strategy,
+            args.mamba_chunk_size,
         ),
         lambda comparison: report(comparison, args.show, stream),
         args.json,

@@ -70,6 +70,60 @@ What is SGLang's own code and what stands in for it, step by step:
 Nothing of batching, overlap scheduling, retraction, HiCache, sessions, speculative
 decoding or the forward pass is modelled: with one request at a time and no model, none of
 it changes which prefix the cache returns. The Mamba states and KV hold no values.
+
+6. **``extra_buffer``** (``strategy="extra_buffer"``; SGLang 0.5.23's default for NemotronH:
+   ``arg_groups/overrides.py`` ``_mamba_radix_cache_resolution`` resolves ``auto`` to
+   ``extra_buffer`` when the overlap scheduler is on, the default, and the architecture is
+   in ``_MAMBA_EXTRA_BUFFER_ARCHS`` with ``linear_attn_backend == "triton"``, the default).
+   What changes against steps 1-5:
+
+   - config: ``mamba_radix_cache_strategy="extra_buffer"``, ``disable_overlap_schedule=False``,
+     page size 1: on Hopper (H100/H200) the default attention backend is ``fa3``
+     (``arg_groups/model_override_base.py`` ``get_default_attn_backend``) and
+     ``overrides.py`` ``_page_size_default`` gives 1; on sm100 (B200) the default
+     ``trtllm_mha`` backend makes ``_mla_backend_page_constraints`` raise it to 64, which
+     this driver does not model (its pools and tree are page size 1),
+     ``mamba_track_interval`` 256 and no lazy buffer (``arg_groups/fields/exec_.py``);
+     ``_mamba_cache_chunk_size = max(mamba_chunk_size, page_size)``
+     (``overrides.mamba_cache_chunk_size``, pre-seeded: there is no HF config), so the
+     checkpoint grid ``lcm(it, page)`` and the decode track grid ``lcm(grid, 256)``
+     (``runtime_context.mamba_checkpoint_grid`` / ``mamba_track_grid``) are SGLang's;
+   - pools: the same ``max_mamba_cache_size`` (``_handle_max_mamba_cache`` does not depend
+     on the strategy); ``HybridReqToTokenPool`` and ``UnifiedRadixCache`` built with
+     ``enable_mamba_extra_buffer=True`` and the overlap flag, so each running request's
+     ``alloc`` takes two ping-pong track slots (``_alloc_ping_pong_buffer``,
+     ``get_mamba_tracking_slots``) from the same ``MambaSlotAllocator``;
+   - each chunk: after ``alloc_for_extend``, the real
+     ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend`` (on a stand-in batch
+     holding ``model_config.hf_text_config.mamba_chunk_size``, ``tree_cache``,
+     ``req_to_token_pool``) decides the tracked seqlen (``mamba_last_track_seqlen``) and
+     swaps the ping-pong index; a middle chunk's ``checkpoint_kv_cache`` then inserts at
+     that seqlen (``MambaComponent.prepare_for_caching_req`` donates the ping-pong slot);
+   - decode: the stand-in ``prepare_for_decode`` does what the real one does for one
+     request (``alloc_for_decode_default``'s slot and row write, ``kv_committed_len`` + 1,
+     ``decode_batch_idx`` + 1, ``mamba_track_mask_cpu = seq_len % track grid == 0``, the
+     overlap's ``mamba_track_mask_next_cpu``, the ping-pong position
+     ``set_mamba_track_indices_from_reqs`` reads); each step's result goes through the
+     real ``SchedulerBatchResultProcessor._handle_finish_state_updated_req`` (on a
+     stand-in holding the tree and no-op hooks for experts, indexer, customized output),
+     which updates ``mamba_last_track_seqlen`` / ``mamba_prev_track_seqlen`` via the real
+     ``_mamba_prefix_cache_update`` and, at the finish, calls the real
+     ``release_kv_cache(checkpoint=True)`` (``_select_finished_checkpoint``);
+   - the overlap scheduler's one-step lag is modelled, not assumed away: the next decode
+     step is prepared (KV slot, ``decode_batch_idx``) before the previous step's result is
+     processed, so the processor sees ``lookahead = 1`` as on a GPU, and the prefill's
+     result is processed after the first decode step is prepared. At the finish the lag
+     does not apply: ``event_loop_overlap`` sets ``enable_skip_finishing_decode`` and
+     ``Scheduler._reqs_finishing_inflight`` keeps a request whose queued result commits
+     its last output by length (every request here) out of the next step, so no decode
+     step runs past the finish and ``release_kv_cache`` sees the same ``kv_committed_len``
+     as without overlap. (It could not change what is cached anyway: a finished request
+     inserts at its last *completed* track boundary, ``mamba_last_track_seqlen``, which
+     only a completed step's result sets.) Middle-chunk checkpoints happen in
+     ``get_new_batch_prefill``'s ``stash_chunked_request`` before the next chunk is
+     prepared, under overlap too, and read nothing a forward produces;
+   - the forward pass stands in: it writes the states the track indices name (values
+     only), so it cannot change which positions are tracked or inserted.
 """
 
 from __future__ import annotations
@@ -96,6 +150,14 @@ SGLANG_SSM_DTYPE = "float32"
 #: The conv-window dtype SGLang uses unless ``SGLANG_MAMBA_CONV_DTYPE`` says otherwise.
 SGLANG_CONV_DTYPE = "bfloat16"
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+#: The Mamba radix-cache strategies the driver serves (``exec.mamba.mamba_radix_cache_strategy``).
+STRATEGIES = ("no_buffer", "extra_buffer")
+#: ``mamba_chunk_size`` of nemotron-h-8b's ``config.json`` (its legacy ``chunk_size`` key,
+#: which ``NemotronHConfig._resolve_mamba_chunk_size`` maps); the config is not in hyckpt,
+#: so this is an input: ``mamba_cache_chunk_size = max(it, page_size)``
+#: (``arg_groups/overrides.py`` ``mamba_cache_chunk_size``). SGLang's own fallback, when a
+#: config names none, is ``configs/nemotron_h.py``'s ``DEFAULT_MAMBA_CHUNK_SIZE`` (256).
+NEMOTRON_H_MAMBA_CHUNK_SIZE = 128
 
 
 #: The SGLang modules the driver calls, imported once by :func:`import_sglang`.
@@ -114,6 +176,7 @@ _MODULES = (
     "sglang.srt.mem_cache.allocation",
     "sglang.srt.mem_cache.common",
     "sglang.srt.managers.schedule_batch",
+    "sglang.srt.managers.scheduler_components.batch_result_processor",
     "sglang.srt.sampling.sampling_params",
 )
 
@@ -249,21 +312,43 @@ class PoolPlan:
     ssm_state_dtype: str
 
 
-def publish_server_args(chunked_prefill_size: int) -> Any:
+def publish_server_args(
+    chunked_prefill_size: int,
+    strategy: str = "no_buffer",
+    mamba_chunk_size: int = NEMOTRON_H_MAMBA_CHUNK_SIZE,
+) -> Any:
     """Publish a fresh default ``ServerArgs`` (page size 1, the chunk size) as the
     scheduler's config (``runtime_context.publish``); returns it.
 
-    ``_mamba_cache_chunk_size`` is pre-seeded (``arg_groups/overrides.py`` would read the
-    model's HF config); it only sets ``mamba_branching_seqlen``, which ``no_buffer`` ignores.
+    ``strategy="no_buffer"``: the strategy stays ``auto`` unresolved (no extra buffer), and
+    ``_mamba_cache_chunk_size`` is pre-seeded with 64 (``arg_groups/overrides.py``'s
+    FLA fallback; it only sets ``mamba_branching_seqlen``, which ``no_buffer`` ignores).
+    ``strategy="extra_buffer"``: ``mamba_radix_cache_strategy="extra_buffer"`` (what
+    ``_mamba_radix_cache_resolution`` resolves ``auto`` to for NemotronH with the default
+    overlap scheduler), overlap on (``disable_overlap_schedule=False``, the default), and
+    ``_mamba_cache_chunk_size = max(mamba_chunk_size, page_size)`` as
+    ``overrides.mamba_cache_chunk_size`` computes it from the model's HF config.
     """
     import_sglang()
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
-    server_args = ServerArgs(
-        model_path="dummy", page_size=1, chunked_prefill_size=chunked_prefill_size
-    )
-    server_args._mamba_cache_chunk_size = 64  # FLA_CHUNK_SIZE, overrides.py's fallback
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if strategy == "extra_buffer":
+        server_args = ServerArgs(
+            model_path="dummy",
+            page_size=1,
+            chunked_prefill_size=chunked_prefill_size,
+            mamba_radix_cache_strategy="extra_buffer",
+            disable_overlap_schedule=False,
+        )
+        server_args._mamba_cache_chunk_size = max(mamba_chunk_size, 1)
+    else:
+        server_args = ServerArgs(
+            model_path="dummy", page_size=1, chunked_prefill_size=chunked_prefill_size
+        )
+        server_args._mamba_cache_chunk_size = 64  # FLA_CHUNK_SIZE, overrides.py's fallback
     runtime_context.publish(server_args, role="scheduler")
     return server_args
 
@@ -319,6 +404,13 @@ class RequestHit:
             (``tree_core.match_full_device_prefix``, read-only).
         chunks: the prefill chunks (tokens each).
         mamba_evictable: Mamba states in the tree after the request (``mamba_evictable_size``).
+        mamba_inserts: the key lengths at which the request handed a Mamba state to the
+            tree, in order (after middle chunks, after the prefill, at the finish): what
+            ``MambaComponent.prepare_for_caching_req`` returned whenever it returned a
+            positive length with a state (an insert whose node already held a state keeps
+            that one).
+        kv_in_tree: after the finish, how many tokens of ``prompt + output`` the tree's KV
+            holds (``match_full_device_prefix``, read-only).
     """
 
     request_id: str
@@ -327,6 +419,8 @@ class RequestHit:
     full_kv_hit: int = 0
     chunks: tuple[int, ...] = ()
     mamba_evictable: int = 0
+    mamba_inserts: tuple[int, ...] = ()
+    kv_in_tree: int = 0
 
 
 class SglangCacheReplay:
@@ -339,6 +433,8 @@ class SglangCacheReplay:
         chunk_size: ``chunked_prefill_size`` (hyckpt's token budget).
         max_context_len: longest request (prompt + output), for the request-to-token rows.
         tree_core: ``"rust"`` (SGLang's default) or ``"python"``; ``None``: SGLang's default.
+        strategy: ``"no_buffer"`` or ``"extra_buffer"`` (module docstring, step 6).
+        mamba_chunk_size: the model's ``mamba_chunk_size`` (``extra_buffer`` only).
     """
 
     def __init__(
@@ -348,8 +444,10 @@ class SglangCacheReplay:
         chunk_size: int,
         max_context_len: int,
         tree_core: str | None = None,
+        strategy: str = "no_buffer",
+        mamba_chunk_size: int = NEMOTRON_H_MAMBA_CHUNK_SIZE,
     ) -> None:
-        publish_server_args(chunk_size)
+        publish_server_args(chunk_size, strategy, mamba_chunk_size)
         import torch
         from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -358,9 +456,13 @@ class SglangCacheReplay:
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
         from sglang.srt.runtime_context import get_exec, get_memory, get_schedule
 
-        if get_exec().mamba.enable_mamba_extra_buffer:
-            raise RuntimeError("the published ServerArgs enable the Mamba extra buffer")
+        extra = strategy == "extra_buffer"
+        if bool(get_exec().mamba.enable_mamba_extra_buffer) != extra:
+            raise RuntimeError(f"the published ServerArgs do not give the {strategy} strategy")
+        if extra and get_exec().mamba.enable_mamba_extra_buffer_lazy:
+            raise RuntimeError("the published ServerArgs enable the lazy extra buffer")
         self.model, self.plan, self.chunk_size = model, plan, chunk_size
+        self.strategy, self.mamba_chunk_size = strategy, mamba_chunk_size
         self._torch = torch
         # One tiny Mamba2 layer: MambaPool allocates (slots + 1) states per layer.
         from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
@@ -383,8 +485,10 @@ class SglangCacheReplay:
             enable_memory_saver=False,
             cache_params=Mamba2CacheParams(shape=tiny, layers=[0]),
             mamba_layer_ids=[0],
-            enable_mamba_extra_buffer=False,
+            enable_mamba_extra_buffer=extra,
+            enable_mamba_extra_buffer_lazy=False,
             speculative_num_draft_tokens=None,
+            enable_overlap_schedule=not get_schedule().disable_overlap_schedule,
         )
         kv_pool = HybridLinearKVPool(
             size=plan.max_total_num_tokens,
@@ -415,14 +519,56 @@ class SglangCacheReplay:
                 enable_session_radix_cache=get_memory().enable_session_radix_cache,
                 chunked_prefill_size=get_schedule().chunked_prefill_size,
                 tree_components=(ComponentType.FULL, ComponentType.MAMBA),
-                enable_mamba_extra_buffer=False,
+                enable_mamba_extra_buffer=extra,
+                enable_mamba_extra_buffer_lazy=False,
                 tree_core_backend=tree_core,
             )
         )
         self.tree_core_name = type(self.tree_cache.tree_core).__name__
+        self._inserts: list[int] = []
+        self._watch_mamba_inserts(ComponentType.MAMBA)
+        if extra:
+            self._init_extra_buffer()
+
+    def _watch_mamba_inserts(self, mamba_type: Any) -> None:
+        """Record what the tree's ``MambaComponent.prepare_for_caching_req`` hands to each
+        insert (a wrapper on the instance: the real method runs unchanged)."""
+        (component,) = [
+            c for c in self.tree_cache._components_tuple if c.component_type == mamba_type
+        ]
+        real = component.prepare_for_caching_req
+        inserts = self._inserts
+
+        def prepare_for_caching_req(req: Any, insert_params: Any, **kwargs: Any) -> Any:
+            cache_len = real(req=req, insert_params=insert_params, **kwargs)
+            if cache_len and insert_params.mamba_value is not None:
+                inserts.append(int(cache_len))
+            return cache_len
+
+        component.prepare_for_caching_req = prepare_for_caching_req
 
     def serve(self, request: ReplayRequest) -> RequestHit:
         """Serve ``request`` alone, from admission to release; its hit and chunks."""
+        self._inserts.clear()
+        if self.strategy == "extra_buffer":
+            hit = self._serve_extra_buffer(request)
+        else:
+            hit = self._serve_no_buffer(request)
+        hit.mamba_inserts = tuple(self._inserts)
+        hit.kv_in_tree = self._kv_in_tree(request)
+        return hit
+
+    def _kv_in_tree(self, request: ReplayRequest) -> int:
+        """How many tokens of ``prompt + output`` the tree's KV holds (read-only walk)."""
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        tokens = array("q", request.prompt_token_ids)
+        tokens.extend(request.output_token_ids)
+        matched, _, _ = self.tree_cache.tree_core.match_full_device_prefix(RadixKey(tokens, None))
+        return int(matched)
+
+    def _serve_no_buffer(self, request: ReplayRequest) -> RequestHit:
+        """``no_buffer``: module docstring, step 5."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
         from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
@@ -480,6 +626,163 @@ class SglangCacheReplay:
         hit.chunks = tuple(chunks)
         hit.mamba_evictable = int(tree.mamba_evictable_size())
         return hit
+
+    def _init_extra_buffer(self) -> None:
+        """The stand-ins the ``extra_buffer`` path hands SGLang's own methods (step 6)."""
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+        from sglang.srt.managers.scheduler_components.batch_result_processor import (
+            SchedulerBatchResultProcessor as Processor,
+        )
+        from sglang.srt.runtime_context import get_schedule, mamba_track_grid
+
+        # ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend reads these three.
+        self._extend_batch = types.SimpleNamespace(
+            model_config=types.SimpleNamespace(
+                hf_text_config=types.SimpleNamespace(mamba_chunk_size=self.mamba_chunk_size)
+            ),
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.req_to_token_pool,
+        )
+        self._prepare_for_extend_track = ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend
+        self.overlap = not get_schedule().disable_overlap_schedule
+        self.track_interval = int(mamba_track_grid(self.tree_cache.page_size))
+
+        class ResultProcessor:
+            """What ``SchedulerBatchResultProcessor._handle_finish_state_updated_req`` and
+            the methods it calls read, for a lone request (no speculative decoding, no
+            disaggregation, HiSparse, multimodal inputs or customized logits output)."""
+
+            tree_cache = self.tree_cache
+            draft_worker = None
+            handle_finish_state_updated_req = Processor._handle_finish_state_updated_req
+            _mamba_prefix_cache_update = Processor._mamba_prefix_cache_update
+            _mamba_can_cache_finished_req = Processor._mamba_can_cache_finished_req
+            _mamba_check_track_boundary = Processor._mamba_check_track_boundary
+            _mamba_assert_committed_len_lookahead = staticmethod(
+                Processor._mamba_assert_committed_len_lookahead
+            )
+
+            def _maybe_collect_routed_experts(self, req: Any) -> None:
+                pass
+
+            def _maybe_collect_indexer_topk(self, req: Any) -> None:
+                pass
+
+            def _prepare_kv_cache_release(self, req: Any) -> None:
+                pass
+
+            def _maybe_collect_customized_info(self, i: int, req: Any, output: Any) -> None:
+                pass
+
+        self._processor = ResultProcessor()
+        self._decode_result = types.SimpleNamespace(
+            num_correct_drafts_per_req_cpu=None, grammar_retained_tokens=None
+        )
+
+    def _serve_extra_buffer(self, request: ReplayRequest) -> RequestHit:
+        """``extra_buffer`` with the overlap scheduler: module docstring, step 6."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        prompt = array("q", request.prompt_token_ids)
+        outputs = list(request.output_token_ids)
+        if not prompt or not outputs:
+            raise ValueError(f"{request.request_id}: needs a prompt and an output token")
+        tree, pool = self.tree_cache, self.req_to_token_pool
+        sampling = SamplingParams(temperature=0, max_new_tokens=len(outputs))
+        sampling.normalize(None)
+        req = Req(
+            rid=request.request_id,
+            origin_input_text="",
+            origin_input_ids=prompt,
+            sampling_params=sampling,
+        )
+        full_kv, _, _ = tree.tree_core.match_full_device_prefix(
+            RadixKey(prompt[: len(prompt) - 1], None)
+        )
+        pool.mamba_allocator.alloc_group_begin(1)
+        req.init_next_round_input(tree)
+        pool.mamba_allocator.alloc_group_end()
+        hit = RequestHit(request.request_id, len(prompt), int(req.prefix_len))
+        hit.full_kv_hit = int(full_kv)
+        req.extend_end = req.prefix_len + min(len(prompt) - req.prefix_len, self.chunk_size)
+        req.lock = tree.lock(req.last_node)
+        chunks = []
+        while True:
+            # ScheduleBatch.prepare_for_extend: alloc_for_extend (which allocates the
+            # ping-pong track slots), then the per-request track entry.
+            self._extend(req, alloc_req_slots, alloc_token_slots)
+            self._prepare_for_extend_track(self._extend_batch, req)
+            chunks.append(req.extend_end - req.prefix_len)
+            if req.extend_end < len(prompt):
+                # get_new_batch_prefill's stash_chunked_request before the next chunk
+                # (under overlap too: it runs before the next chunk is prepared).
+                checkpoint_kv_cache(req, tree)
+                req.init_next_round_input()
+                req.extend_end = req.prefix_len + min(len(prompt) - req.prefix_len, self.chunk_size)
+                continue
+            break
+        # The overlap loop prepares the first decode step before it processes the
+        # prefill's result, unless that result commits the last output token
+        # (Scheduler._reqs_finishing_inflight, enable_skip_finishing_decode).
+        in_flight = self._prepare_decode(req, alloc_token_slots)
+        # process_batch_result_prefill: the first output token, then release or checkpoint.
+        req.output_ids.append(outputs[0])
+        req.update_finish_state()
+        if req.finished():
+            release_kv_cache(req, tree, checkpoint=True)
+        else:
+            checkpoint_kv_cache(req, tree)
+        while not req.finished():
+            if in_flight is None:  # the non-overlap loop: prepare, run, process
+                in_flight = self._prepare_decode(req, alloc_token_slots, force=True)
+            # Overlap: the next step is prepared before this one's result is processed.
+            after = self._prepare_decode(req, alloc_token_slots)
+            req.output_ids.append(outputs[len(req.output_ids)])
+            req.update_finish_state()
+            self._processor.handle_finish_state_updated_req(
+                req, in_flight, self._decode_result, 0, None
+            )
+            in_flight = after
+        if len(req.output_ids) != len(outputs):
+            raise RuntimeError(f"{request.request_id}: finished after {len(req.output_ids)} tokens")
+        if in_flight is not None or req.kv.holds_kv:
+            raise RuntimeError(f"{request.request_id}: a decode step ran past the finish")
+        hit.chunks = tuple(chunks)
+        hit.mamba_evictable = int(tree.mamba_evictable_size())
+        return hit
+
+    def _prepare_decode(self, req: Any, alloc_token_slots: Any, force: bool = False) -> Any:
+        """``ScheduleBatch.prepare_for_decode`` for the lone request under ``extra_buffer``:
+        the KV slot (``alloc_for_decode_default``), ``decode_batch_idx``, the track mask at
+        ``mamba_track_grid`` crossings and the ping-pong position
+        (``set_mamba_track_indices_from_reqs``). Returns the batch's fields the result
+        processor reads, or ``None`` where the scheduler launches no step: the request has
+        finished, or (overlap) the queued result commits its last output by length
+        (``Scheduler._reqs_finishing_inflight``), or (non-overlap) unless ``force``."""
+        if req.finished() or (self.overlap and req.next_output_finishes_by_length()):
+            return None
+        if not self.overlap and not force:
+            return None
+        self._decode_step(req, alloc_token_slots)
+        req.decode_batch_idx += 1
+        seq_len = req.kv.kv_committed_len  # seq_lens_cpu after prepare_for_decode's +1
+        remainder = seq_len % self.track_interval
+        return types.SimpleNamespace(
+            reqs=[req],
+            req_to_token_pool=self.req_to_token_pool,
+            spec_algorithm=types.SimpleNamespace(is_none=lambda: True),
+            mamba_track_mask_cpu=[remainder == 0],
+            mamba_track_mask_next_cpu=[remainder == self.track_interval - 1]
+            if self.overlap
+            else None,
+            mamba_decode_batch_idx_cpu=[req.decode_batch_idx],
+            mamba_track_buffer_indices=[req.kv.mamba_next_track_idx],
+            mamba_lazy_spec_track_positions_cpu=None,
+        )
 
     def _extend(self, req: Any, alloc_req_slots: Any, alloc_token_slots: Any) -> None:
         """``alloc_for_extend`` for one request at page size 1 (module docstring, step 5)."""
@@ -539,6 +842,7 @@ class ReplayResult:
     plan: PoolPlan
     seconds: float
     tree_core: str = ""
+    strategy: str = "no_buffer"
 
 
 def replay(
@@ -549,21 +853,32 @@ def replay(
     *,
     tree_core: str | None = None,
     check_every: int = 0,
+    strategy: str = "no_buffer",
+    mamba_chunk_size: int = NEMOTRON_H_MAMBA_CHUNK_SIZE,
 ) -> ReplayResult:
     """Serve ``requests`` in order through SGLang's radix cache sized for ``budget_bytes``.
 
     ``check_every``: run :meth:`SglangCacheReplay.check` after every that many requests
-    (0: only at the end).
+    (0: only at the end). ``strategy``: ``"no_buffer"`` or ``"extra_buffer"``;
+    ``mamba_chunk_size``: the model's, read by ``extra_buffer`` only.
     """
     import_sglang()
     plan = plan_pools(model, budget_bytes)
     longest = longest_request(requests)
     started = time.perf_counter()
-    engine = SglangCacheReplay(model, plan, chunk_size, longest + 1, tree_core=tree_core)
+    engine = SglangCacheReplay(
+        model,
+        plan,
+        chunk_size,
+        longest + 1,
+        tree_core=tree_core,
+        strategy=strategy,
+        mamba_chunk_size=mamba_chunk_size,
+    )
     hits = []
     for i, request in enumerate(requests, 1):
         hits.append(engine.serve(request))
         if check_every and i % check_every == 0:
             engine.check()
     engine.check()
-    return ReplayResult(hits, plan, time.perf_counter() - started, engine.tree_core_name)
+    return ReplayResult(hits, plan, time.perf_counter() - started, engine.tree_core_name, strategy)

@@ -9,6 +9,7 @@ answer with ``cache_generated``), and the step's capture copy is issued.
 
 from __future__ import annotations
 
+from sim.engine.answer_state import answer_state_position
 from sim.engine.backends.base import Capture, DecodeStep
 from sim.engine.copy_stream import CopyStream
 from sim.engine.hits import block_digests
@@ -123,7 +124,10 @@ class Completion(CopyStream):
 
     def _register(self, seq: Seq) -> None:
         """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
-        full = min(seq.computed, seq.prompt_len) // self._block
+        cached = min(seq.computed, seq.prompt_len)
+        if self.config.kv_up_to_checkpoint:  # SEMANTICS H8: KV goes in with a state
+            cached = min(cached, seq.tracked)
+        full = cached // self._block
         if full > seq.registered:
             start = seq.registered
             self.pool.register_many(seq.blocks[start:full], seq.digests[start:full])
@@ -153,31 +157,41 @@ class Completion(CopyStream):
         full blocks of ``[0, p)`` are registered by the answer's block digests, and the
         state at ``p`` is captured into a reserved slot (partial page ``p mod B`` rows
         included), written now and published when the step's capture copy completes,
-        like any capture. A request without an ``answer`` caches nothing.
+        like any capture. A request without an ``answer`` caches nothing. With
+        ``generated_state_grid`` the state is the last one on that grid instead
+        (:func:`answer_state_position`).
         """
         answer = getattr(seq.request, "answer", None)
         p = seq.computed
         if answer is None or p > len(answer) or p < 1:
             return
-        block, metrics = self._block, self.metrics
-        hashed = answer.hashed(self._namespace, self.config.unit)
-        full = min(p // block, len(seq.blocks))
+        block, metrics, config = self._block, self.metrics, self.config
+        hashed = answer.hashed(self._namespace, config.unit)
+        position = None
+        if p > seq.prompt_len and config.generated_state:
+            position = answer_state_position(seq.prompt_len, p, config.generated_state_grid)
+        cached = p
+        if config.kv_up_to_checkpoint:  # SEMANTICS H8: KV goes in with a state
+            cached = seq.tracked if position is None else position
+        full = min(cached // block, len(seq.blocks))
         if full > seq.registered:
             digests = block_digests(hashed, full, self._units_per_block)
             start = seq.registered
             self.pool.register_many(seq.blocks[start:full], digests[start:full])
-            metrics.generated_blocks_registered += full - seq.registered
+            past_prompt = max(seq.registered, seq.prompt_len // block)
+            metrics.generated_blocks_registered += max(0, full - past_prompt)
             seq.registered = full
-        if p <= seq.prompt_len or not self.config.generated_state:
-            return  # nothing generated was fed, or only KV is kept of an answer
+        if position is None:
+            return  # nothing generated was fed, only KV is kept of an answer, or no
+            # decode-tracked state (generated_state_grid): the prefill's last one stands
         self.checker.request_id = seq.request_id
         metrics.captures_planned += 1
-        outcome = self._reserve(hashed, p)
+        outcome = self._reserve(hashed, position)
         if outcome is None:
             return
         metrics.captures_generated += 1
         ok = self.backend.capture_generated(
-            seq.request_id, seq.batch_slot, Capture(p, outcome.slot), seq.blocks
+            seq.request_id, seq.batch_slot, Capture(position, outcome.slot), seq.blocks
         )
         if not ok:
             metrics.captures_failed += 1

@@ -25,7 +25,7 @@ from sim.engine.deployment import MAX_PARALLEL, Deployment, PlanDoesNotFitError,
 #: How memory is split between cached KV blocks and checkpoint slots.
 MEMORY_MODES = ("split", "unified")
 #: How ``checkpoint_share`` cuts one budget into two pools (``SimConfig.checkpoint_share_rule``).
-SHARE_RULES = ("share", "sglang")
+SHARE_RULES = ("share", "sglang", "sglang-extra-buffer")
 #: Storage dtypes an engine may keep the recurrent (SSM / DeltaNet) state in
 #: (``SimConfig.ssm_state_dtype``).
 STATE_DTYPES = ("bfloat16", "float16", "float32")
@@ -238,6 +238,20 @@ class SimConfig:
         generated_state: with ``cache_generated``, also capture the recurrent state at
             the end of the answer (SGLang, Marconi); ``False`` registers the answer's KV
             blocks only (vLLM 0.33, whose Mamba groups keep no decode-time state).
+        generated_state_grid: tokens ``T`` (``0``: off). With ``cache_generated`` and
+            ``generated_state``, the answer's state is captured at ``floor(p / T) * T``
+            instead of ``p = prompt + output - 1``, and only when that lies past the
+            prompt; when it does, the request's last prefill chunk captures nothing (its
+            tracked state is superseded), otherwise that chunk's checkpoint is the
+            request's last. SGLang's ``extra_buffer`` strategy tracks decode states on
+            ``mamba_track_grid`` and donates the latest at the finish (docs/SEMANTICS.md
+            H8). Shadow backend only: a real state at ``floor(p / T) * T`` is gone when
+            the request finishes.
+        kv_up_to_checkpoint: a request's KV blocks are cached only up to its furthest
+            checkpoint (the positions placement chose, its hit, its answer's state): SGLang's
+            ``extra_buffer`` inserts KV into the radix tree with each tracked state and
+            frees the KV past the last (``UnifiedRadixCache.checkpoint_into_tree``);
+            ``False``: every full block computed is cached (docs/SEMANTICS.md H8).
         capture_all: every position placement yields for a chunk is reserved, each
             evicting what it needs (vLLM: a retained Mamba state is the request's own
             state block, ``MambaManager.allocate_new_blocks``, so every reachable boundary
@@ -321,6 +335,8 @@ class SimConfig:
     copy_launch_s: float = 0.000005
     cache_generated: bool = False
     generated_state: bool = True
+    generated_state_grid: int = 0
+    kv_up_to_checkpoint: bool = False
     capture_all: bool = False
     keep_block_copies: bool = False
     workload_hints: bool = True
@@ -428,11 +444,19 @@ class SimConfig:
             raise InvalidConfigError(
                 f"SimConfig.cache_generated must be a bool, got {self.cache_generated!r}"
             )
-        for flag in ("generated_state", "capture_all", "keep_block_copies", "workload_hints"):
+        for flag in (
+            "generated_state",
+            "kv_up_to_checkpoint",
+            "capture_all",
+            "keep_block_copies",
+            "workload_hints",
+        ):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidConfigError(
                     f"SimConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
                 )
+        if self.generated_state_grid:
+            self._check_generated_state_grid()
         if self.checkpoint_share_rule not in SHARE_RULES:
             raise InvalidConfigError(
                 f"SimConfig.checkpoint_share_rule must be one of {', '.join(SHARE_RULES)}, "
@@ -564,6 +588,22 @@ class SimConfig:
             sizes.append("checkpoint_budget_bytes")
         return sizes
 
+    def _check_generated_state_grid(self) -> None:
+        grid = self.generated_state_grid
+        _check_int("SimConfig", "generated_state_grid", grid, 0, MAX_TOKEN_BUDGET)
+        if not (self.cache_generated and self.generated_state):
+            raise InvalidConfigError(
+                f"SimConfig.generated_state_grid={grid} places the answer's state, which "
+                "needs cache_generated=True and generated_state=True (set "
+                "generated_state_grid=0 to cache no state of the answer)"
+            )
+        if self.backend != "shadow":
+            raise InvalidConfigError(
+                f"SimConfig.generated_state_grid={grid} captures a state the request "
+                f"passed before it finished, which backend={self.backend!r} no longer "
+                "holds then; use backend='shadow' or generated_state_grid=0"
+            )
+
     def _check_share(self) -> None:
         share = self.checkpoint_share
         if isinstance(share, bool) or not isinstance(share, int | float):
@@ -594,17 +634,27 @@ class SimConfig:
         ``checkpoint_share_rule``)."""
         assert self.checkpoint_share is not None
         if self.checkpoint_share_rule == "sglang":
-            state = max(self.costs().recurrent_bytes, 1)
-            share = self.unified_budget_bytes() * self.checkpoint_share
-            return max(0, min(MAX_CHECKPOINT_SLOTS, int((share - state) // state)))
+            return self._sglang_states()
+        if self.checkpoint_share_rule == "sglang-extra-buffer":
+            # The lone running request's two ping-pong track slots come from the same
+            # pool (HybridReqToTokenPool._alloc_ping_pong_buffer); its live state, like
+            # every engine's here, is outside the cache.
+            return max(0, self._sglang_states() - 2)
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
         return min(MAX_CHECKPOINT_SLOTS, share_bytes // self.checkpoint_slot_bytes())
+
+    def _sglang_states(self) -> int:
+        """SGLang's Mamba pool size for the share: ``int((budget * share - R) // R)``."""
+        assert self.checkpoint_share is not None
+        state = max(self.costs().recurrent_bytes, 1)
+        share = self.unified_budget_bytes() * self.checkpoint_share
+        return max(0, min(MAX_CHECKPOINT_SLOTS, int((share - state) // state)))
 
     def shared_budget_kv_pages(self) -> int:
         """Split memory with ``checkpoint_share``: KV pages of the rest of the budget."""
         assert self.checkpoint_share is not None
-        if self.checkpoint_share_rule == "sglang":
-            used = (self.shared_budget_slots() + 1) * self.costs().recurrent_bytes
+        if self.checkpoint_share_rule in ("sglang", "sglang-extra-buffer"):
+            used = (self._sglang_states() + 1) * self.costs().recurrent_bytes
             rest = max(0, self.unified_budget_bytes() - used)
             return min(MAX_KV_BLOCKS, rest // self.unified_page_bytes())
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
@@ -817,10 +867,13 @@ def default_placement_params(name: str, block_size: int, hash_unit: int) -> dict
     ``block-floor(block_size=B)``; ``interval(hash_unit=h, every=max(h, 4096 snapped to
     h))``; ``turns(hash_unit=h)``; ``branch(hash_unit=h)``; ``vllm-align(block_size=B,
     hash_unit=h, alignment=h)``; ``vllm-retention(hash_unit=h)``; ``chunk-end(hash_unit=1)``
-    (the exact end of each chunk, as SGLang's page size 1).
+    (the exact end of each chunk, as SGLang's page size 1); ``chunk-grid(grid=B,
+    hash_unit=h)``.
     """
     if name == "chunk-end":
         return {"hash_unit": 1}
+    if name == "chunk-grid":
+        return {"grid": block_size, "hash_unit": hash_unit}
     if name == "vllm-retention":
         return {"hash_unit": hash_unit}
     if name == "block-floor":

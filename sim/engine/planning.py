@@ -121,6 +121,7 @@ class Planning(EngineCore):
         seq.generated = 0
         seq.registered = shared
         seq.hit_tokens = p
+        seq.tracked = p
         seq.admissions += 1
         metrics = self.metrics
         if seq.admissions == 1:
@@ -193,6 +194,7 @@ class Planning(EngineCore):
         reservations: list[Reservation] = []
         positions = self.placement.positions(chunk)
         if positions:
+            seq.tracked = max(seq.tracked, *positions)
             self.checker.request_id = request.request_id
             metrics = self.metrics
             assert seq.hashed is not None

@@ -1,15 +1,16 @@
 """Engine presets: the settings that make a run mirror what one serving engine does.
 
-``[cache] engine = "vllm" | "sglang" | "marconi"`` in a scenario sets, for each key the
-file does not set itself, the value below; a key the file sets wins (an explicit
-override). Some values depend on the model (vLLM's block size), so a preset is resolved
-for the run's model. docs/SIMULATION.md ("Engine presets") cites the engine source each
-choice follows and lists what still differs.
+``[cache] engine = "vllm" | "sglang" | "sglang-extra-buffer" | "marconi"`` in a scenario
+sets, for each key the file does not set itself, the value below; a key the file sets
+wins (an explicit override). Some values depend on the model (vLLM's block size), so a
+preset is resolved for the run's model. docs/SIMULATION.md ("Engine presets") cites the
+engine source each choice follows and lists what still differs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -122,6 +123,47 @@ def _with_state_dtype(
     return dataclasses.replace(model, ssm_state_dtype=dtype)
 
 
+#: SGLang's default ``mamba_track_interval`` (``arg_groups/fields/exec_.py`` ``ExecMamba``):
+#: decode tracks a state every this many tokens (rounded up to the checkpoint grid).
+SGLANG_MAMBA_TRACK_INTERVAL = 256
+#: FLA's chunk size, SGLang's ``mamba_cache_chunk_size`` for a model whose config names no
+#: ``mamba_chunk_size`` (``arg_groups/overrides.py`` ``mamba_cache_chunk_size``).
+SGLANG_FLA_CHUNK_SIZE = 64
+#: The Mamba2 scan chunk of the model families whose shipped description is used with the
+#: ``sglang-extra-buffer`` preset (Hugging Face id fragment -> ``chunk_size`` of its
+#: ``config.json``). Nemotron-H's 128 is taken from the published configs, not checked
+#: here (no hub access); SGLang's own fallback for a config without one is 256.
+SGLANG_MAMBA_CHUNK_SIZES = {"nemotron-h": 128}
+
+
+def sglang_checkpoint_grids(model: ModelSizes, page_size: int = 1) -> tuple[int, int]:
+    """``(G, TG)`` of SGLang 0.5.23's ``extra_buffer`` strategy for ``model`` (tokens).
+
+    ``G = mamba_checkpoint_grid(P) = lcm(max(mamba_chunk_size, P), P)`` and ``TG =
+    mamba_track_grid(P) = lcm(G, mamba_track_interval)`` (``runtime_context.py``), at page
+    size ``P`` 1: SGLang's default attention backend on Hopper (``fa3``) keeps page size 1.
+    """
+    hf_id = model.hf_id.lower()
+    chunk = next(
+        (size for family, size in SGLANG_MAMBA_CHUNK_SIZES.items() if family in hf_id),
+        SGLANG_FLA_CHUNK_SIZE,
+    )
+    grid = math.lcm(max(chunk, page_size), page_size)
+    return grid, math.lcm(grid, SGLANG_MAMBA_TRACK_INTERVAL)
+
+
+def _sglang_extra_buffer(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
+    grid, track_grid = sglang_checkpoint_grids(model)
+    return _sglang(model, choose_dtype) | {
+        "placement.policy": "chunk-grid",
+        "placement.params": {"grid": grid, "hash_unit": 1},
+        "cache.generated_state_grid": track_grid,
+        "cache.kv_up_to_checkpoint": True,
+        # The running request's two ping-pong track slots come from the Mamba pool.
+        "cache.checkpoint_share_rule": "sglang-extra-buffer",
+    }
+
+
 def _marconi(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     # Marconi prices the model's own state: nothing to choose.
     return {
@@ -186,6 +228,13 @@ PRESETS: dict[str, EnginePreset] = {
             "SGLang 0.5.23 no_buffer: state at the end of every chunk and of every finished "
             "request, a Mamba pool of its own (ratio 0.9), LRU",
             _sglang,
+        ),
+        EnginePreset(
+            "sglang-extra-buffer",
+            "SGLang 0.5.23 extra_buffer (its default for Nemotron-H and the other models on "
+            "its list): one state per chunk on a grid, the last decode-tracked state of "
+            "every finished request, KV cached up to the state, LRU",
+            _sglang_extra_buffer,
         ),
         EnginePreset(
             "marconi",

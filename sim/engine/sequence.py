@@ -94,6 +94,9 @@ class Seq:
         first_token_s: simulated time of the first output token (-1 = not yet).
         digests: chained digests of the prompt's full blocks.
         branch_points: the ``branch`` placement hint of the latest admission.
+        tracked: the furthest position placement chose for the request since its latest
+            admission, or its hit (tokens); with ``kv_up_to_checkpoint`` its KV blocks are
+            cached only up to there.
     """
 
     request: RequestLike
@@ -116,6 +119,7 @@ class Seq:
     hashed: HashedPrompt | None = None
     digests: Sequence[bytes] = ()
     branch_points: tuple[int, ...] = ()
+    tracked: int = 0
 
     @property
     def request_id(self) -> str:

@@ -555,6 +555,8 @@ def _assemble(
             copy_launch_s=engine["copy_launch_s"],
             cache_generated=cache["cache_generated"],
             generated_state=cache["generated_state"],
+            generated_state_grid=cache["generated_state_grid"],
+            kv_up_to_checkpoint=cache["kv_up_to_checkpoint"],
             capture_all=cache["capture_all"],
             keep_block_copies=cache["keep_block_copies"],
             workload_hints=placement["workload_hints"],

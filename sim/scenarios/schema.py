@@ -37,6 +37,7 @@ from sim.engine.config import (
     MAX_TOKEN_BUDGET,
     MEMORY_MODES,
     MODES,
+    SHARE_RULES,
 )
 from sim.engine.costs import GPU_PRESETS
 from sim.engine.deployment import MAX_PARALLEL
@@ -372,6 +373,18 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "with cache_generated: also capture the state at the end of the answer "
             "(false: its KV blocks only, as vLLM)",
         ),
+        "generated_state_grid": Key(
+            integer(0, MAX_TOKEN_BUDGET),
+            0,
+            "tokens; 0: the answer's state at its end; T: at the last multiple of T past "
+            "the prompt, if any (SGLang extra_buffer)",
+        ),
+        "kv_up_to_checkpoint": Key(
+            boolean,
+            False,
+            "a request's KV blocks are cached only up to its furthest checkpoint (SGLang "
+            "extra_buffer); false: every full block computed",
+        ),
         "capture_all": Key(
             boolean,
             False,
@@ -392,10 +405,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "the rest is KV",
         ),
         "checkpoint_share_rule": Key(
-            choice(["share", "sglang"]),
+            choice(list(SHARE_RULES)),
             "share",
-            "how checkpoint_share cuts the budget: share (floor(budget * share / slot)) or "
-            "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state)",
+            "how checkpoint_share cuts the budget: share (floor(budget * share / slot)), "
+            "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state) or "
+            "sglang-extra-buffer (the same less the running request's two track slots)",
         ),
         "ssm_state_dtype": Key(
             choice(["model", "bfloat16", "float16", "float32"]),

@@ -19,6 +19,8 @@ from sim.engine import SimConfig
 from sim.engine.presets import PRESETS, SGLANG_MAMBA_FULL_MEMORY_RATIO, vllm_block_size
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, build_scenario, load_scenario
 from sim.scenarios.schema import ScenarioError
+from sim.workloads.prompt import Prompt
+from sim.workloads.request import Request
 from tests.sim.test_sim_generated import published_positions, run, two_turns
 
 GIB = 1 << 30
@@ -203,6 +205,7 @@ def preset_config(name: str) -> SimConfig:
         eviction_params={"tune": False} if settings["eviction.policy"] == "marconi" else {},
         cache_generated=bool(settings["cache.cache_generated"]),
         generated_state=bool(settings["cache.generated_state"]),
+        workload_hints=bool(settings["placement.workload_hints"]),
     )
 
 
@@ -259,3 +262,68 @@ def test_the_shipped_scenario_sweeps_the_three_presets() -> None:
         memory = "split" if name == "sglang" else "unified"
         assert point.memory == memory and point.cache_generated, name
         assert point.cache_budget_bytes == 5 * GIB
+
+
+def extra_buffer_config(**changes: object) -> SimConfig:
+    """``ROOMY`` with the ``sglang-extra-buffer`` preset's caching (G = 128, TG = 256 for
+    nemotron-h-8b) and 300-token chunks."""
+    settings = PRESETS["sglang-extra-buffer"].settings(ROOMY.model)
+    assert settings["placement.params"] == {"grid": 128, "hash_unit": 1}
+    assert settings["cache.generated_state_grid"] == 256
+    config = dataclasses.replace(
+        preset_config("sglang-extra-buffer"),
+        token_budget=300,
+        generated_state_grid=256,
+        kv_up_to_checkpoint=True,
+    )
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+def three_requests() -> list[Request]:
+    """A: 700-token prompt, 300-token answer; B: A's prompt and answer + 200 new tokens
+    (1200), 50 out; C: A's first 500 tokens + 100 new (600), 10 out."""
+    first = Prompt([(1, 700)])
+    answer = first.extend([(2, 300)])
+    second = answer.extend([(3, 200)])
+    third = Prompt([(1, 500)]).extend([(4, 100)])
+    return [
+        Request("a", 0.0, "a", 0, first, 300, (0,), "chat", answer=answer),
+        Request("b", 100.0, "a", 1, second, 50, (0, len(answer)), "chat"),
+        Request("c", 200.0, "c", 0, third, 10, (0,), "chat"),
+    ]
+
+
+def test_sglang_extra_buffer_keeps_grid_states_and_kv_up_to_them() -> None:
+    # Worked by hand from SGLang 0.5.23 (the same case runs SGLang itself in
+    # tests/tooling/test_sglang_fidelity.py), G = 128, TG = 256, chunks of 300:
+    # A: chunks [0,300) -> 0 + 2*128 = 256, [300,600) -> 556, [600,700) is shorter than
+    #    G -> none; decode reaches 999: the last multiple of 256 past 700 is 768. KV is
+    #    cached up to 768 (48 blocks), the rest of A's blocks are freed unregistered.
+    # B: hits 768; [768,1068) -> 1024, [1068,1200) -> 1196; decode reaches 1249: no
+    #    multiple of 256 past 1200, so 1196 is its last state, KV up to it (74 blocks).
+    # C: KV matches A's first 500 tokens (31 blocks), best state 256; the branch point
+    #    floor(496 / 128) * 128 = 384 replaces the chunk's own grid point 512.
+    engine = run(extra_buffer_config(), three_requests())
+    assert published_positions(engine) == [256, 384, 556, 768, 1024, 1196]
+    assert engine.metrics.hit_tokens == 768 + 256
+    assert len(engine.pool._by_digest) == 74
+    # Every full block computed, without the KV rule: A keeps 62 blocks, B 74 more.
+    everything = run(extra_buffer_config(kv_up_to_checkpoint=False), three_requests())
+    assert len(everything.pool._by_digest) > 74
+
+
+def test_generated_state_grid_needs_an_answer_state_and_the_shadow_backend() -> None:
+    with pytest.raises(InvalidConfigError, match=r"generated_state_grid=256.*cache_generated"):
+        SimConfig(generated_state_grid=256)
+    with pytest.raises(InvalidConfigError, match="backend='reference'"):
+        SimConfig(generated_state_grid=256, cache_generated=True, backend="reference")
+    with pytest.raises(InvalidConfigError, match="generated_state_grid"):
+        SimConfig(generated_state_grid=-1, cache_generated=True)
+
+
+def test_extra_buffer_share_rule_leaves_two_track_slots_out() -> None:
+    base = dict(memory="split", cache_budget_bytes=2 * 2**30, checkpoint_share=0.9 / 1.9)
+    sglang = SimConfig(checkpoint_share_rule="sglang", **base)  # type: ignore[arg-type]
+    extra = SimConfig(checkpoint_share_rule="sglang-extra-buffer", **base)  # type: ignore[arg-type]
+    assert extra.shared_budget_slots() == sglang.shared_budget_slots() - 2
+    assert extra.shared_budget_kv_pages() == sglang.shared_budget_kv_pages()

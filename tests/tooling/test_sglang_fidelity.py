@@ -37,6 +37,7 @@ if getattr(sglang, "__version__", "") != "0.5.23":
     )
 
 from engines import fidelity_common, sglang_fidelity, sglang_replay  # noqa: E402
+from engines.replay_common import ReplayRequest  # noqa: E402
 from reference.conformance.loading import load_implementation  # noqa: E402
 from reference.sizes import get_model  # noqa: E402
 from sim.engine.run import run_simulation  # noqa: E402
@@ -165,3 +166,185 @@ def test_with_sglangs_pools_only_hyckpts_kv_eviction_differs(
         assert ours < theirs == replayed.hits[i].full_kv_hit  # SGLang kept the KV under it
     never_evicts = dataclasses.replace(same_pools, kv_blocks=200_000)
     assert differing(items, hyckpt_hits(never_evicts, items), replayed) == []
+
+
+# --- extra_buffer (SGLang 0.5.23's default strategy for NemotronH) -------------------------
+
+#: Chunk size of the hand-worked cases: small, so prompts take several chunks.
+HAND_CHUNK = 300
+
+
+def extra_buffer_replay(
+    model: sglang_replay.HybridModel, requests: list[Any], chunk: int = HAND_CHUNK
+) -> sglang_replay.ReplayResult:
+    """``requests`` (id, prompt, output) through SGLang's extra_buffer cache at 2 GiB,
+    every slot accounted for after every request."""
+    return sglang_replay.replay(
+        model,
+        [ReplayRequest(*r) for r in requests],
+        2 * GIB,
+        chunk,
+        check_every=1,
+        strategy="extra_buffer",
+        mamba_chunk_size=128,
+    )
+
+
+def test_extra_buffer_is_configured_as_sglang_configures_nemotron_h(
+    model: sglang_replay.HybridModel,
+) -> None:
+    """Track interval 256 (``exec.mamba.mamba_track_interval``), no lazy buffer, overlap on,
+    two ping-pong track slots per request, checkpoint grid ``max(128, page 1)`` and decode
+    track grid ``lcm(128, 256)``; the Mamba pool is sized as for no_buffer."""
+    from sglang.srt.runtime_context import (
+        get_exec,
+        get_schedule,
+        mamba_cache_chunk_size,
+        mamba_checkpoint_grid,
+    )
+
+    plan = sglang_replay.plan_pools(model, 2 * GIB)
+    engine = sglang_replay.SglangCacheReplay(
+        model, plan, 512, 4096, strategy="extra_buffer", mamba_chunk_size=128
+    )
+    assert get_exec().mamba.enable_mamba_extra_buffer
+    assert not get_exec().mamba.enable_mamba_extra_buffer_lazy
+    assert get_exec().mamba.mamba_track_interval == 256
+    assert not get_schedule().disable_overlap_schedule
+    assert mamba_cache_chunk_size() == 128 == mamba_checkpoint_grid(1)
+    assert engine.track_interval == 256 and engine.overlap
+    assert engine.req_to_token_pool.mamba_ping_pong_track_buffer_size == 2
+    assert engine.req_to_token_pool.mamba_allocator.available_size() == plan.max_mamba_cache_size
+    assert sglang_fidelity.NEMOTRON_H_MAMBA_CHUNK_SIZE == sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE
+
+
+def test_extra_buffer_two_turns_worked_by_hand(model: sglang_replay.HybridModel) -> None:
+    """Chunk 300, ``mamba_cache_chunk_size`` 128 (grid G = 128), track interval 256.
+
+    A: 700 prompt tokens, 300 output. Chunks [0,300) [300,600) [600,700).
+      chunk 1: extend 300 >= G, tracked at 0 + (300 // 128) * 128 = 256; middle chunk ->
+        ``checkpoint_kv_cache`` inserts state and KV at 256 (KV 256..300 stays the request's);
+      chunk 2: prefix 300, tracked at 300 + 256 = 556 -> inserted at 556;
+      chunk 3: extend 100 < G, nothing tracked; the prefill's checkpoint inserts nothing
+        (``mamba_last_track_seqlen`` is None after the last checkpoint's cleanup);
+      decode steps reach seq_len 701..999; 768 % 256 == 0 is tracked; at the finish
+        ``_select_finished_checkpoint`` gives 768 <= 999: state and KV inserted at 768, the
+        rest of A's KV (768..999) freed. Tree: states at 256, 556, 768; KV 768.
+    B (second turn): A's prompt + A's output + 200 new tokens (1200), 50 output.
+      lookup: the deepest state on the path is 768, KV matches 768 too: hit 768, no
+        branching point ((768 // 128) * 128 is not beyond 768);
+      chunk [768,1068): tracked at 768 + 256 = 1024 -> inserted; chunk [1068,1200): extend
+        132 >= G, tracked at 1068 + 128 = 1196 -> the prefill's checkpoint inserts 1196;
+      decode reaches 1201..1249: no multiple of 256; the finish inserts nothing. KV 1196.
+    C: A's first 500 prompt tokens + 100 new (600), 10 output.
+      lookup: states at 256 and 556 (556 is past the fork at 500): hit 256; the KV matches
+        500, so ``mamba_branching_seqlen`` = (500 // 128) * 128 = 384 > 256;
+      chunk [256,556): tracked at 256 + 256 = 512, but the branching point 384 lies inside,
+        is > the prefix and (384 - 256) % 128 == 0: tracked at 384 instead -> inserted;
+      chunk [556,600): 44 < G, nothing; decode 601..609: nothing. C's KV in the tree is
+        A's 500 (its own 384..600 is freed).
+    """
+    a_prompt, a_out = list(range(1, 701)), list(range(10_001, 10_301))
+    b_prompt = a_prompt + a_out + list(range(20_001, 20_201))
+    c_prompt = a_prompt[:500] + list(range(40_001, 40_101))
+    replayed = extra_buffer_replay(
+        model,
+        [
+            ("A", a_prompt, a_out),
+            ("B", b_prompt, list(range(30_001, 30_051))),
+            ("C", c_prompt, list(range(50_001, 50_011))),
+        ],
+    )
+    got = [
+        (h.hit_tokens, h.full_kv_hit, h.chunks, h.mamba_inserts, h.kv_in_tree, h.mamba_evictable)
+        for h in replayed.hits
+    ]
+    assert got == [
+        (0, 0, (300, 300, 100), (256, 556, 768), 768, 3),
+        (768, 768, (300, 132), (1024, 1196), 1196, 5),
+        (256, 500, (300, 44), (384,), 500, 6),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "inserts", "kv"), [(68, (256, 556), 556), (69, (256, 556, 768), 768)]
+)
+def test_extra_buffer_finish_inserts_the_last_completed_track_boundary(
+    model: sglang_replay.HybridModel, outputs: int, inserts: tuple[int, ...], kv: int
+) -> None:
+    """700-token prompt: 68 outputs end at seq_len 767, short of the boundary 768, so the
+    finish inserts nothing and the tree keeps KV to 556 only; with 69 the last decode step
+    completes 768 (with the overlap scheduler this last step's result is processed with
+    ``lookahead`` 0: no step is launched past a finish by length) and the finish inserts it.
+    """
+    replayed = extra_buffer_replay(
+        model, [("D", list(range(1, 701)), list(range(60_001, 60_001 + outputs)))]
+    )
+    (hit,) = replayed.hits
+    assert (hit.mamba_inserts, hit.kv_in_tree) == (inserts, kv)
+
+
+def test_extra_buffer_accounts_for_every_slot_and_hits_on_track_boundaries(
+    model: sglang_replay.HybridModel,
+) -> None:
+    """The workload at 1 GiB (the Mamba pool runs full: ping-pong slots evict cached
+    states) with 512-token chunks: after every request every KV and Mamba slot, the
+    ping-pong track slots included, is free or in the tree (``check_every=1``), and a slot
+    taken behind the tree's back is caught. Every hit lands on a checkpoint-grid or
+    track-grid position of a previous request's inserts."""
+    scenario = sglang_fidelity.scenario(1 * GIB, SEED, 120, token_budget=512)
+    requests = fidelity_common.to_replay_requests(fidelity_common.workload(scenario))
+    plan = sglang_replay.plan_pools(model, 1 * GIB)
+    engine = sglang_replay.SglangCacheReplay(
+        model, plan, 512, sglang_replay.longest_request(requests) + 1, strategy="extra_buffer"
+    )
+    inserted: set[int] = set()
+    most_cached = handed = 0
+    for request in requests:
+        hit = engine.serve(request)
+        engine.check()
+        most_cached = max(most_cached, hit.mamba_evictable)
+        handed += len(hit.mamba_inserts)
+        assert hit.hit_tokens == 0 or hit.hit_tokens in inserted
+        inserted.update(hit.mamba_inserts)
+        assert all(
+            p <= hit.prompt_tokens + len(request.output_token_ids) for p in hit.mamba_inserts
+        )
+    assert sum(1 for p in inserted if p % 128) == 0
+    # The pool ran full: far more states were handed to the tree than it has slots, and
+    # between requests at most the request's own slot and two track slots stay unused.
+    assert handed > 10 * plan.max_mamba_cache_size and plan.max_mamba_cache_size == 8
+    assert plan.max_mamba_cache_size - 3 <= most_cached <= plan.max_mamba_cache_size
+    leaked = engine.req_to_token_pool.mamba_allocator.alloc(1)
+    with pytest.raises(RuntimeError, match="Mamba slots leaked"):
+        engine.check()
+    engine.req_to_token_pool.mamba_allocator.free(leaked)
+    engine.check()
+
+
+#: 300 requests at 10 GiB, float32 states, SGLang ``extra_buffer`` against hyckpt's
+#: ``sglang-extra-buffer`` preset: (index, request id, hyckpt's hit, SGLang's hit) of every
+#: request whose hits differ. Each is the leaf coupling of SGLang's tree (docs/SIMULATION.md
+#: §1d): evicting a leaf state drops the KV past its parent, so SGLang's full-KV match, and
+#: with it the branching point ``extra_buffer`` tracks, is shorter than hyckpt's (e.g.
+#: multi_turn_chat/7/1 tracks 512 in SGLang, the junction 256 in hyckpt).
+EXTRA_BUFFER_DIFFERS_10_GIB = [
+    (89, "multi_turn_chat/7/2", 256, 512),
+    (157, "multi_turn_chat/11/10", 3072, 2304),
+    (163, "multi_turn_chat/4/9", 2816, 2048),
+    (290, "multi_turn_chat/63/2", 256, 512),
+]
+
+
+def test_the_extra_buffer_preset_follows_sglangs_extra_buffer() -> None:
+    """Before the preset (hyckpt's ``sglang`` preset against SGLang ``extra_buffer``) 48 to
+    331 of 600 hits differed; with it only the leaf-coupling requests do."""
+    comparison = sglang_fidelity.compare(
+        10 * GIB, SEED, REQUESTS, "sglang", strategy="extra_buffer"
+    )
+    found = [
+        (i, comparison.request_ids[i], comparison.hyckpt[i], comparison.sglang[i])
+        for i in comparison.differing()
+    ]
+    assert found == EXTRA_BUFFER_DIFFERS_10_GIB
+    assert abs(comparison.hyckpt_rate - comparison.sglang_rate) < 0.005
