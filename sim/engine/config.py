@@ -241,17 +241,15 @@ class SimConfig:
         generated_state_grid: tokens ``T`` (``0``: off). With ``cache_generated`` and
             ``generated_state``, the answer's state is captured at ``floor(p / T) * T``
             instead of ``p = prompt + output - 1``, and only when that lies past the
-            prompt; when it does, the request's last prefill chunk captures nothing (its
-            tracked state is superseded), otherwise that chunk's checkpoint is the
-            request's last. SGLang's ``extra_buffer`` strategy tracks decode states on
-            ``mamba_track_grid`` and donates the latest at the finish (docs/SEMANTICS.md
-            H8). Shadow backend only: a real state at ``floor(p / T) * T`` is gone when
-            the request finishes.
+            prompt (none otherwise; the prompt's chunks keep their own): SGLang's
+            ``extra_buffer`` strategy tracks decode states on ``mamba_track_grid`` and
+            donates the latest at the finish (docs/SEMANTICS.md H8a). Shadow backend
+            only: a real state at ``floor(p / T) * T`` is gone when the request finishes.
         kv_up_to_checkpoint: a request's KV blocks are cached only up to its furthest
             checkpoint (the positions placement chose, its hit, its answer's state): SGLang's
             ``extra_buffer`` inserts KV into the radix tree with each tracked state and
             frees the KV past the last (``UnifiedRadixCache.checkpoint_into_tree``);
-            ``False``: every full block computed is cached (docs/SEMANTICS.md H8).
+            ``False``: every full block computed is cached (docs/SEMANTICS.md H8a).
         capture_all: every position placement yields for a chunk is reserved, each
             evicting what it needs (vLLM: a retained Mamba state is the request's own
             state block, ``MambaManager.allocate_new_blocks``, so every reachable boundary
