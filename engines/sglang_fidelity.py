@@ -1,10 +1,11 @@
-"""hyckpt's ``sglang`` preset against SGLang 0.5.23's own radix cache, request by request.
+"""hyckpt's SGLang presets against SGLang 0.5.23's own radix cache, request by request.
 
 ``python -m engines.sglang_fidelity [--requests N] [--budget-gib G ...] [--seed S]`` (in the
 venv ``scripts/engine-venv-sglang.sh`` builds, ``.venv-sglang/bin/python``):
 
 1. builds the workload of the shipped scenario ``engine-presets`` (multi-turn chat,
-   ``nemotron-h-8b``, cache-only replay) for the seed, with ``cache.engine = "sglang"`` and
+   ``nemotron-h-8b``, cache-only replay) for the seed, with ``cache.engine =
+   "sglang-no-buffer"`` (``"sglang-extra-buffer"`` with ``--strategy extra_buffer``) and
    ``cache.cache_budget_bytes`` = the budget;
 2. runs hyckpt's replay through the public API, as ``hyckpt replay`` / ``hyckpt run`` do
    (``run_simulation`` with the scenario's ``SimConfig``), with a shadow backend that also
@@ -46,7 +47,7 @@ from typing import Any, TextIO
 from engines import fidelity_common as common
 
 #: hyckpt's preset for each of SGLang's Mamba strategies.
-PRESET_OF_STRATEGY = {"no_buffer": "sglang", "extra_buffer": "sglang-extra-buffer"}
+PRESET_OF_STRATEGY = {"no_buffer": "sglang-no-buffer", "extra_buffer": "sglang-extra-buffer"}
 
 #: :data:`engines.sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE` (not imported: that module
 #: is imported lazily, after SGLang).

@@ -1,6 +1,6 @@
 """SGLang 0.5.23's own radix cache, replayed request by request (a fidelity oracle).
 
-hyckpt's ``engine = "sglang"`` preset (docs/SIMULATION.md, "Engine presets") was derived
+hyckpt's ``engine = "sglang-no-buffer"`` preset (docs/SIMULATION.md, "Engine presets") was derived
 by reading SGLang's code. This module *runs* that code: it builds SGLang's real
 ``UnifiedRadixCache`` with FULL and MAMBA components over CPU pools sized as SGLang sizes
 them for a Mamba2 + attention model at a given memory budget, serves a list of requests

@@ -289,6 +289,8 @@ def _random_params(rng: random.Random, policy: str, prompt_len: int) -> dict[str
         }
     if policy == "turns":
         return {"hash_unit": unit, "margin": rng.randint(0, prompt_len + 40)}
+    if policy == "chunk-grid":
+        return {"grid": unit * rng.randint(1, 8), "hash_unit": unit}
     return {"hash_unit": unit}
 
 

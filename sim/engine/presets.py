@@ -1,10 +1,11 @@
 """Engine presets: the settings that make a run mirror what one serving engine does.
 
-``[cache] engine = "vllm" | "sglang" | "sglang-extra-buffer" | "marconi"`` in a scenario
-sets, for each key the file does not set itself, the value below; a key the file sets
-wins (an explicit override). Some values depend on the model (vLLM's block size), so a
-preset is resolved for the run's model. docs/SIMULATION.md ("Engine presets") cites the
-engine source each choice follows and lists what still differs.
+``[cache] engine = "vllm" | "sglang" | "sglang-no-buffer" | "sglang-extra-buffer" |
+"marconi"`` in a scenario sets, for each key the file does not set itself, the value
+below; a key the file sets wins (an explicit override). Some values depend on the model
+(vLLM's block size, SGLang's default strategy), so a preset is resolved for the run's
+model. docs/SIMULATION.md ("Engine presets") cites the engine source each choice follows
+and lists what still differs.
 """
 
 from __future__ import annotations
@@ -164,6 +165,29 @@ def _sglang_extra_buffer(model: ModelSizes, choose_dtype: bool = True) -> dict[s
     }
 
 
+#: Models SGLang 0.5.23 runs with ``extra_buffer`` by default: its
+#: ``_MAMBA_EXTRA_BUFFER_ARCHS`` (``arg_groups/overrides.py``) as Hugging Face id fragments
+#: of hyckpt's shipped models (``NemotronHForCausalLM``, ``Qwen3NextForCausalLM``,
+#: ``FalconH1ForCausalLM``, ``GraniteMoeHybridForCausalLM``); ``auto`` resolves to
+#: ``no_buffer`` for the others (``_mamba_radix_cache_resolution``).
+SGLANG_EXTRA_BUFFER_MODELS = ("nemotron-h", "qwen3-next", "falcon-h1", "granite-4.0-h")
+
+
+def sglang_default_strategy(model: ModelSizes) -> str:
+    """The Mamba strategy SGLang 0.5.23 picks for ``model`` with its defaults (overlap
+    scheduling on, the Triton linear-attention backend): ``extra_buffer`` or
+    ``no_buffer``."""
+    hf_id = model.hf_id.lower()
+    extra = any(family in hf_id for family in SGLANG_EXTRA_BUFFER_MODELS)
+    return "extra_buffer" if extra else "no_buffer"
+
+
+def _sglang_default(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
+    if sglang_default_strategy(model) == "extra_buffer":
+        return _sglang_extra_buffer(model, choose_dtype)
+    return _sglang(model, choose_dtype)
+
+
 def _marconi(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     # Marconi prices the model's own state: nothing to choose.
     return {
@@ -225,6 +249,13 @@ PRESETS: dict[str, EnginePreset] = {
         ),
         EnginePreset(
             "sglang",
+            "SGLang 0.5.23 as it runs the model by default: sglang-extra-buffer for the "
+            "models on its extra-buffer list (Nemotron-H, Qwen3-Next, Falcon-H1, "
+            "Granite-4.0-H), sglang-no-buffer for the others",
+            _sglang_default,
+        ),
+        EnginePreset(
+            "sglang-no-buffer",
             "SGLang 0.5.23 no_buffer: state at the end of every chunk and of every finished "
             "request, a Mamba pool of its own (ratio 0.9), LRU",
             _sglang,

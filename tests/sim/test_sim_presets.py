@@ -16,7 +16,12 @@ import pytest
 from reference.errors import InvalidConfigError
 from reference.sizes import get_model
 from sim.engine import SimConfig
-from sim.engine.presets import PRESETS, SGLANG_MAMBA_FULL_MEMORY_RATIO, vllm_block_size
+from sim.engine.presets import (
+    PRESETS,
+    SGLANG_MAMBA_FULL_MEMORY_RATIO,
+    sglang_default_strategy,
+    vllm_block_size,
+)
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, build_scenario, load_scenario
 from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
@@ -66,8 +71,11 @@ def test_each_engine_stores_nemotron_h_state_as_it_does_by_default() -> None:
     vllm = scenario(f'[cache]\nengine = "vllm"\n{budget}').sim_config
     assert vllm.ssm_state_dtype == "float32" and vllm.sizes().ssm_state_dtype == "float32"
     assert (vllm.block_size, vllm.unit, vllm.unified_slot_pages()) == (1040, 1040, 6)
-    sglang = scenario(f'[cache]\nengine = "sglang"\n{budget}').sim_config
+    sglang = scenario(f'[cache]\nengine = "sglang-no-buffer"\n{budget}').sim_config
     assert sglang.ssm_state_dtype == "float32" and sglang.checkpoint_capacity() == 18
+    # extra_buffer (SGLang's default for Nemotron-H): two of them are the track slots.
+    default = scenario(f'[cache]\nengine = "sglang"\n{budget}').sim_config
+    assert default.ssm_state_dtype == "float32" and default.checkpoint_capacity() == 16
     marconi = scenario(f'[cache]\nengine = "marconi"\n{budget}').sim_config
     assert marconi.ssm_state_dtype is None and marconi.sizes().ssm_state_dtype == "bfloat16"
     # A model outside those families keeps its own dtype; the file's key wins.
@@ -101,7 +109,7 @@ def test_each_preset_sets_its_engines_settings() -> None:
     )
     assert not none.sim_config.capture_all and not none.sim_config.keep_block_copies
     assert none.sim_config.unified_slot_pages() == 7  # block-floor: partial page kept
-    sglang = scenario(f'[cache]\nengine = "sglang"\n{bf16}').sim_config
+    sglang = scenario(f'[cache]\nengine = "sglang-no-buffer"\n{bf16}').sim_config
     assert (sglang.placement, sglang.placement_arguments()) == ("chunk-end", {"hash_unit": 1})
     assert sglang.memory == "split" and sglang.generated_state
     share = SGLANG_MAMBA_FULL_MEMORY_RATIO / (1 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
@@ -113,6 +121,16 @@ def test_each_preset_sets_its_engines_settings() -> None:
     state = sglang.costs().recurrent_bytes
     assert sglang.checkpoint_capacity() == int((4 * GIB * share - state) // state) == 38
     assert sglang.kv_capacity() == (4 * GIB - 39 * state) // sglang.unified_page_bytes()
+    # extra_buffer: grid states, decode states every 256 tokens, KV up to the state, the
+    # same pools less the running request's two track slots.
+    extra = scenario(f'[cache]\nengine = "sglang-extra-buffer"\n{bf16}').sim_config
+    assert (extra.placement, extra.placement_arguments()) == (
+        "chunk-grid",
+        {"grid": 128, "hash_unit": 1},
+    )
+    assert extra.generated_state_grid == 256 and extra.kv_up_to_checkpoint
+    assert extra.checkpoint_share_rule == "sglang-extra-buffer"
+    assert extra.checkpoint_capacity() == 36 and extra.kv_capacity() == sglang.kv_capacity()
     marconi = scenario('[cache]\nengine = "marconi"\ncache_budget_bytes = 4294967296').sim_config
     assert (marconi.placement, marconi.eviction, marconi.memory) == (
         "branch",
@@ -121,6 +139,25 @@ def test_each_preset_sets_its_engines_settings() -> None:
     )
     assert marconi.placement_arguments()["end_of_input"] is False
     assert marconi.generated_state and not marconi.workload_hints
+
+
+@pytest.mark.parametrize(
+    ("model", "strategy"),
+    [
+        ("nemotron-h-8b", "extra_buffer"),
+        ("qwen3-next-80b-a3b", "extra_buffer"),
+        ("falcon-h1-7b", "extra_buffer"),
+        ("granite-4.0-h-tiny", "extra_buffer"),
+        ("jamba-v0.1", "no_buffer"),
+        ("mamba2-2.7b", "no_buffer"),
+    ],
+)
+def test_sglang_runs_each_model_with_its_default_strategy(model: str, strategy: str) -> None:
+    # _mamba_radix_cache_resolution: extra_buffer for _MAMBA_EXTRA_BUFFER_ARCHS.
+    sizes = get_model(model)
+    assert sglang_default_strategy(sizes) == strategy
+    explicit = "sglang-extra-buffer" if strategy == "extra_buffer" else "sglang-no-buffer"
+    assert PRESETS["sglang"].settings(sizes) == PRESETS[explicit].settings(sizes)
 
 
 def test_keys_the_file_sets_win_and_parameters_go_with_their_policy() -> None:
@@ -221,10 +258,10 @@ def test_vllm_keeps_the_prompt_boundary_and_the_junction_not_the_answer() -> Non
     assert published_positions(engine) == [32, 48, 64]
 
 
-def test_sglang_keeps_each_chunk_end_and_the_finished_sequence() -> None:
+def test_sglang_no_buffer_keeps_each_chunk_end_and_the_finished_sequence() -> None:
     # chunk-end(h=1): turn 0 (one chunk) keeps 40, its finish keeps 49; turn 1 hits 49
     # and keeps its chunk's end, 70 (its one-token answer adds nothing).
-    engine = run(preset_config("sglang"), two_turns(40, 10, 20))
+    engine = run(preset_config("sglang-no-buffer"), two_turns(40, 10, 20))
     assert engine.metrics.hit_tokens == 49
     assert published_positions(engine) == [40, 49, 70]
 
@@ -253,13 +290,14 @@ def test_workload_hints_off_ignores_the_requests_branch_points() -> None:
 # --- the shipped scenario ---------------------------------------------------------------
 
 
-def test_the_shipped_scenario_sweeps_the_three_presets() -> None:
+def test_the_shipped_scenario_sweeps_the_engine_presets() -> None:
     shipped = load_scenario(SCENARIO_DIR / "engine-presets.toml")
-    assert shipped.sweep_axes["cache.engine"] == ["vllm", "sglang", "marconi"]
+    names = ["vllm", "sglang", "sglang-no-buffer", "marconi"]
+    assert shipped.sweep_axes["cache.engine"] == names
     assert shipped.sim_config.mode == "replay"
-    for name in ("vllm", "sglang", "marconi"):
+    for name in names:
         point = shipped.with_overrides({"cache.engine": name}).sim_config
-        memory = "split" if name == "sglang" else "unified"
+        memory = "split" if name.startswith("sglang") else "unified"
         assert point.memory == memory and point.cache_generated, name
         assert point.cache_budget_bytes == 5 * GIB
 
