@@ -468,6 +468,17 @@ def _assemble(
     model_sizes = checked_model(data, tables, where)
     deployment = tables["deployment"]
     preset_keys = apply_preset(data, tables, where, model_sizes)
+    if "cache.generated_state_grid" in preset_keys and tables["backend"]["name"] != "shadow":
+        name = tables["cache"]["engine"]
+        raise ScenarioError(
+            where,
+            "backend.name",
+            tables["backend"]["name"],
+            f"'shadow' with cache.engine = {name!r}: it runs {model_sizes.name} with SGLang's "
+            "extra_buffer, whose answer state sits at a decode-tracked position only the "
+            "shadow backend models (docs/SEMANTICS.md H8a); use cache.engine = "
+            "'sglang-no-buffer' for real tensors",
+        )
     kv_blocks = checked_pools(given_cache, tables, where, preset_keys, model_sizes)
     if engine["mode"] == "replay":
         for dotted in TIMING_ONLY_KEYS:

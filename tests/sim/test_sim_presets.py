@@ -178,6 +178,11 @@ def test_keys_the_file_sets_win_and_parameters_go_with_their_policy() -> None:
         ('engine = "sglang"\nmemory = "unified"', "cache.checkpoint_share", "set by cache.engine"),
         ("cache_budget_bytes = 4294967296", "cache.cache_budget_bytes", "checkpoint_share"),
         ('memory = "unified"\ncheckpoint_share = 0.5', "cache.checkpoint_share", "unified"),
+        (
+            'engine = "sglang"\n[backend]\nname = "reference"',
+            "backend.name",
+            "cache.engine = 'sglang-no-buffer' for real tensors",
+        ),
     ],
 )
 def test_contradictory_settings_name_the_key(text: str, key: str, says: str) -> None:
