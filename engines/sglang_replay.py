@@ -567,11 +567,17 @@ class SglangCacheReplay:
         matched, _, _ = self.tree_cache.tree_core.match_full_device_prefix(RadixKey(tokens, None))
         return int(matched)
 
-    def _serve_no_buffer(self, request: ReplayRequest) -> RequestHit:
-        """``no_buffer``: module docstring, step 5."""
+    def _admit_and_prefill(
+        self, request: ReplayRequest, track: bool
+    ) -> tuple[Any, RequestHit, list[int]]:
+        """Admission and every prefill chunk of ``request`` (steps 5 and 6): the ``Req``,
+        its hit (chunks filled in) and its output tokens. ``track``: each chunk's
+        ``extra_buffer`` track entry after its allocation, as
+        ``ScheduleBatch.prepare_for_extend`` makes it
+        (``_mamba_radix_cache_v2_req_prepare_for_extend``)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
-        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache
         from sglang.srt.mem_cache.radix_cache import RadixKey
         from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -602,15 +608,31 @@ class SglangCacheReplay:
         req.lock = tree.lock(req.last_node)
         chunks = []
         while True:
+            # alloc_for_extend (with extra_buffer it also allocates the ping-pong track
+            # slots), then the chunk's track entry.
             self._extend(req, alloc_req_slots, alloc_token_slots)
+            if track:
+                self._prepare_for_extend_track(self._extend_batch, req)
             chunks.append(req.extend_end - req.prefix_len)
             if req.extend_end < len(prompt):
-                # A middle chunk: stash_chunked_request, then add_chunked_req.
+                # A middle chunk: get_new_batch_prefill's stash_chunked_request (under
+                # overlap too: it runs before the next chunk is prepared), then
+                # add_chunked_req.
                 checkpoint_kv_cache(req, tree)
                 req.init_next_round_input()
                 req.extend_end = req.prefix_len + min(len(prompt) - req.prefix_len, self.chunk_size)
                 continue
             break
+        hit.chunks = tuple(chunks)
+        return req, hit, outputs
+
+    def _serve_no_buffer(self, request: ReplayRequest) -> RequestHit:
+        """``no_buffer``: module docstring, step 5."""
+        from sglang.srt.mem_cache.allocation import alloc_token_slots
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+
+        req, hit, outputs = self._admit_and_prefill(request, track=False)
+        tree = self.tree_cache
         # process_batch_result_prefill: the first output token.
         req.output_ids.append(outputs[0])
         req.update_finish_state()
@@ -623,7 +645,6 @@ class SglangCacheReplay:
         if len(req.output_ids) != len(outputs):
             raise RuntimeError(f"{request.request_id}: finished after {len(req.output_ids)} tokens")
         release_kv_cache(req, tree, checkpoint=True)
-        hit.chunks = tuple(chunks)
         hit.mamba_evictable = int(tree.mamba_evictable_size())
         return hit
 
@@ -681,50 +702,11 @@ class SglangCacheReplay:
 
     def _serve_extra_buffer(self, request: ReplayRequest) -> RequestHit:
         """``extra_buffer`` with the overlap scheduler: module docstring, step 6."""
-        from sglang.srt.managers.schedule_batch import Req
-        from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
+        from sglang.srt.mem_cache.allocation import alloc_token_slots
         from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
-        from sglang.srt.mem_cache.radix_cache import RadixKey
-        from sglang.srt.sampling.sampling_params import SamplingParams
 
-        prompt = array("q", request.prompt_token_ids)
-        outputs = list(request.output_token_ids)
-        if not prompt or not outputs:
-            raise ValueError(f"{request.request_id}: needs a prompt and an output token")
-        tree, pool = self.tree_cache, self.req_to_token_pool
-        sampling = SamplingParams(temperature=0, max_new_tokens=len(outputs))
-        sampling.normalize(None)
-        req = Req(
-            rid=request.request_id,
-            origin_input_text="",
-            origin_input_ids=prompt,
-            sampling_params=sampling,
-        )
-        full_kv, _, _ = tree.tree_core.match_full_device_prefix(
-            RadixKey(prompt[: len(prompt) - 1], None)
-        )
-        pool.mamba_allocator.alloc_group_begin(1)
-        req.init_next_round_input(tree)
-        pool.mamba_allocator.alloc_group_end()
-        hit = RequestHit(request.request_id, len(prompt), int(req.prefix_len))
-        hit.full_kv_hit = int(full_kv)
-        req.extend_end = req.prefix_len + min(len(prompt) - req.prefix_len, self.chunk_size)
-        req.lock = tree.lock(req.last_node)
-        chunks = []
-        while True:
-            # ScheduleBatch.prepare_for_extend: alloc_for_extend (which allocates the
-            # ping-pong track slots), then the per-request track entry.
-            self._extend(req, alloc_req_slots, alloc_token_slots)
-            self._prepare_for_extend_track(self._extend_batch, req)
-            chunks.append(req.extend_end - req.prefix_len)
-            if req.extend_end < len(prompt):
-                # get_new_batch_prefill's stash_chunked_request before the next chunk
-                # (under overlap too: it runs before the next chunk is prepared).
-                checkpoint_kv_cache(req, tree)
-                req.init_next_round_input()
-                req.extend_end = req.prefix_len + min(len(prompt) - req.prefix_len, self.chunk_size)
-                continue
-            break
+        req, hit, outputs = self._admit_and_prefill(request, track=True)
+        tree = self.tree_cache
         # The overlap loop prepares the first decode step before it processes the
         # prefill's result, unless that result commits the last output token
         # (Scheduler._reqs_finishing_inflight, enable_skip_finishing_decode).
@@ -751,7 +733,6 @@ class SglangCacheReplay:
             raise RuntimeError(f"{request.request_id}: finished after {len(req.output_ids)} tokens")
         if in_flight is not None or req.kv.holds_kv:
             raise RuntimeError(f"{request.request_id}: a decode step ran past the finish")
-        hit.chunks = tuple(chunks)
         hit.mamba_evictable = int(tree.mamba_evictable_size())
         return hit
 
