@@ -26,6 +26,12 @@ from sim.engine.deployment import MAX_PARALLEL, Deployment, PlanDoesNotFitError,
 MEMORY_MODES = ("split", "unified")
 #: How ``checkpoint_share`` cuts one budget into two pools (``SimConfig.checkpoint_share_rule``).
 SHARE_RULES = ("share", "sglang", "sglang-extra-buffer")
+#: Mamba states a running request needs, by SGLang share rule: SGLang 0.5.23 caps its
+#: running requests at ``max_mamba_cache_size // ratio`` (``kv_cache_configurator.py``
+#: ``resolve_max_num_reqs`` and ``_calculate_mamba_ratio``:
+#: ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` 3, plus ``get_mamba_tracking_slots`` 2
+#: with the overlapped extra buffer).
+SGLANG_STATES_PER_RUNNING_REQUEST = {"sglang": 3, "sglang-extra-buffer": 5}
 #: Storage dtypes an engine may keep the recurrent (SSM / DeltaNet) state in
 #: (``SimConfig.ssm_state_dtype``).
 STATE_DTYPES = ("bfloat16", "float16", "float32")
@@ -462,6 +468,7 @@ class SimConfig:
             )
         if self.checkpoint_share is not None:
             self._check_share()
+            self._check_sglang_running()
         if self.warmup_requests is not None:
             _check_int(owner, "warmup_requests", self.warmup_requests, 0, MAX_REQUESTS_WARMUP)
         if not isinstance(self.faults, Faults):
@@ -640,6 +647,37 @@ class SimConfig:
             return max(0, self._sglang_states() - 2)
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
         return min(MAX_CHECKPOINT_SLOTS, share_bytes // self.checkpoint_slot_bytes())
+
+    def sglang_running_cap(self) -> int | None:
+        """With an SGLang share rule, the running requests SGLang allows with its Mamba
+        pool (``states // ratio``, :data:`SGLANG_STATES_PER_RUNNING_REQUEST`), else
+        ``None``."""
+        ratio = SGLANG_STATES_PER_RUNNING_REQUEST.get(self.checkpoint_share_rule)
+        if ratio is None or self.checkpoint_share is None:
+            return None
+        return self._sglang_states() // ratio
+
+    def _check_sglang_running(self) -> None:
+        cap = self.sglang_running_cap()
+        if cap is None:
+            return
+        ratio = SGLANG_STATES_PER_RUNNING_REQUEST[self.checkpoint_share_rule]
+        states = self._sglang_states()
+        if cap < 1:
+            raise InvalidConfigError(
+                f"SimConfig.checkpoint_share_rule={self.checkpoint_share_rule!r}: SGLang's "
+                f"Mamba pool of {states} states cannot serve one request ({ratio} states "
+                "each; it refuses to start: 'Hybrid (mamba/linear-attention) state cache is "
+                "too small'); raise cache_budget_bytes or store the state in bfloat16 "
+                "(ssm_state_dtype)"
+            )
+        if self.mode == "engine" and self.max_num_seqs > cap:
+            raise InvalidConfigError(
+                f"SimConfig.max_num_seqs={self.max_num_seqs} exceeds the {cap} running "
+                f"requests SGLang allows with {states} Mamba states ({ratio} each: "
+                "kv_cache_configurator.resolve_max_num_reqs caps it); set max_num_seqs <= "
+                f"{cap}, or raise cache_budget_bytes"
+            )
 
     def _sglang_states(self) -> int:
         """SGLang's Mamba pool size for the share: ``int((budget * share - R) // R)``."""

@@ -30,6 +30,7 @@ from reference.placement import make_placement
 from reference.sizes import MODELS
 from sim.engine.config import (
     MAX_CHECKPOINT_SLOTS,
+    SGLANG_STATES_PER_RUNNING_REQUEST,
     Faults,
     SimConfig,
     check_finite_params,
@@ -528,6 +529,12 @@ def _assemble(
                 raise ScenarioError(
                     where, f"{table}.params.{key}", value, "finite numbers (no nan or inf)"
                 ) from None
+    # SGLang caps its running requests by its Mamba pool (the timed engine's
+    # max_num_seqs): found on a provisional config, filled in unless the file sets it.
+    sglang_cap = engine["mode"] == "engine" and cache["checkpoint_share_rule"] in (
+        SGLANG_STATES_PER_RUNNING_REQUEST
+    )
+    max_num_seqs = 1 if sglang_cap else engine["max_num_seqs"]
     try:
         config = SimConfig(
             model=model_sizes.name,
@@ -540,7 +547,7 @@ def _assemble(
             block_size=cache["block_size"],
             hash_unit=cache["hash_unit"],
             token_budget=cache["token_budget"],
-            max_num_seqs=engine["max_num_seqs"],
+            max_num_seqs=max_num_seqs,
             kv_blocks=kv_blocks,
             checkpoint_budget_bytes=cache["checkpoint_budget_bytes"],
             placement=placement["policy"],
@@ -592,6 +599,8 @@ def _assemble(
         raise ScenarioError(
             where, "(engine configuration)", MISSING, f"a valid engine ({error})"
         ) from None
+    if sglang_cap:
+        config = _capped_running(config, engine["max_num_seqs"], data, where)
     if (
         cache["checkpoint_slots"] is None
         and cache["memory"] == "split"
@@ -642,6 +651,28 @@ def _assemble(
         sweep_axes={},
         data=data,
     )
+
+
+def _capped_running(
+    config: SimConfig, max_num_seqs: int, data: Mapping[str, Any], where: str
+) -> SimConfig:
+    """``config`` with ``max_num_seqs`` (the file's, else the default capped at SGLang's
+    running-request limit, :meth:`SimConfig.sglang_running_cap`)."""
+    cap = config.sglang_running_cap()
+    assert cap is not None
+    given = data.get("engine", {})
+    if isinstance(given, Mapping) and "max_num_seqs" in given and max_num_seqs > cap:
+        raise ScenarioError(
+            where,
+            "engine.max_num_seqs",
+            max_num_seqs,
+            f"<= {cap}: SGLang runs at most {cap} requests with this Mamba pool "
+            f"({config.checkpoint_share_rule} share rule, "
+            "kv_cache_configurator.resolve_max_num_reqs); raise cache.cache_budget_bytes "
+            "for more",
+        )
+    # Fewer running requests only shrink the plan: nothing new to refuse.
+    return dataclasses.replace(config, max_num_seqs=min(max_num_seqs, cap))
 
 
 def _seen(started: set[str] | None, *what: object) -> bool:

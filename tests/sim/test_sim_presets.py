@@ -365,8 +365,36 @@ def test_generated_state_grid_needs_an_answer_state_and_the_shadow_backend() -> 
 
 
 def test_extra_buffer_share_rule_leaves_two_track_slots_out() -> None:
-    base = dict(memory="split", cache_budget_bytes=2 * 2**30, checkpoint_share=0.9 / 1.9)
+    base = dict(
+        memory="split", cache_budget_bytes=2 * 2**30, checkpoint_share=0.9 / 1.9, mode="replay"
+    )
     sglang = SimConfig(checkpoint_share_rule="sglang", **base)  # type: ignore[arg-type]
     extra = SimConfig(checkpoint_share_rule="sglang-extra-buffer", **base)  # type: ignore[arg-type]
     assert extra.shared_budget_slots() == sglang.shared_budget_slots() - 2
     assert extra.shared_budget_kv_pages() == sglang.shared_budget_kv_pages()
+
+
+def test_sglang_runs_as_many_requests_as_its_mamba_pool_allows() -> None:
+    # kv_cache_configurator.resolve_max_num_reqs: max_mamba_cache_size // ratio, ratio 3
+    # (no_buffer) or 3 + 2 ping-pong track slots (extra_buffer). nemotron-h-8b at 4 GiB
+    # with a float32 state: 18 states -> 6 running requests (no_buffer), 3 (extra_buffer).
+    budget = "cache_budget_bytes = 4294967296"
+    no_buffer = scenario(f'[cache]\nengine = "sglang-no-buffer"\n{budget}').sim_config
+    assert no_buffer.sglang_running_cap() == 6 and no_buffer.max_num_seqs == 6
+    extra = scenario(f'[cache]\nengine = "sglang"\n{budget}').sim_config
+    assert extra.sglang_running_cap() == 18 // 5 == extra.max_num_seqs == 3
+    # A file's own smaller value stands; a larger one is an error naming the key.
+    fewer = scenario(f'[cache]\nengine = "sglang"\n{budget}\n[engine]\nmax_num_seqs = 2')
+    assert fewer.sim_config.max_num_seqs == 2
+    with pytest.raises(ScenarioError) as caught:
+        scenario(f'[cache]\nengine = "sglang"\n{budget}\n[engine]\nmax_num_seqs = 8')
+    assert caught.value.key == "engine.max_num_seqs" and "<= 3" in caught.value.expected
+    # The replay serves one request at a time: no cap.
+    replay = scenario(f'[cache]\nengine = "sglang"\n{budget}\n[engine]\nmode = "replay"')
+    assert replay.sim_config.max_num_seqs == 256
+    # The API refuses what SGLang would cap, and a pool that cannot serve one request.
+    split = dict(memory="split", checkpoint_share=0.9 / 1.9, checkpoint_share_rule="sglang")
+    with pytest.raises(InvalidConfigError, match="max_num_seqs <= "):
+        SimConfig(cache_budget_bytes=4 * GIB, **split)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="cannot serve one request"):
+        SimConfig(cache_budget_bytes=GIB // 2, ssm_state_dtype="float32", mode="replay", **split)  # type: ignore[arg-type]
