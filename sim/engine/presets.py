@@ -130,11 +130,14 @@ SGLANG_MAMBA_TRACK_INTERVAL = 256
 #: FLA's chunk size, SGLang's ``mamba_cache_chunk_size`` for a model whose config names no
 #: ``mamba_chunk_size`` (``arg_groups/overrides.py`` ``mamba_cache_chunk_size``).
 SGLANG_FLA_CHUNK_SIZE = 64
-#: The Mamba2 scan chunk of the model families whose shipped description is used with the
-#: ``sglang-extra-buffer`` preset (Hugging Face id fragment -> ``chunk_size`` of its
-#: ``config.json``). Nemotron-H's 128 is taken from the published configs, not checked
-#: here (no hub access); SGLang's own fallback for a config without one is 256.
-SGLANG_MAMBA_CHUNK_SIZES = {"nemotron-h": 128}
+#: The ``mamba_chunk_size`` SGLang reads for the shipped models on its extra-buffer list
+#: (Hugging Face id fragment -> tokens), which sets the ``extra_buffer`` checkpoint grid.
+#: Nemotron-H: its ``config.json``'s ``chunk_size`` 128 (published copies of the file;
+#: ``NemotronHConfig._resolve_mamba_chunk_size`` maps it). Granite-4.0-H: 256 in its
+#: ``config.json``, also ``GraniteMoeHybridConfig``'s default. Falcon-H1: 256,
+#: ``FalconH1Config``'s default (``srt/configs/falcon_h1.py``), assumed unchanged by the
+#: checkpoint. Qwen3-Next's config names none: FLA's 64. No hub access here to check.
+SGLANG_MAMBA_CHUNK_SIZES = {"nemotron-h": 128, "granite-4.0-h": 256, "falcon-h1": 256}
 
 
 def sglang_checkpoint_grids(model: ModelSizes, page_size: int = 1) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from sim.engine import SimConfig
 from sim.engine.presets import (
     PRESETS,
     SGLANG_MAMBA_FULL_MEMORY_RATIO,
+    sglang_checkpoint_grids,
     sglang_default_strategy,
     vllm_block_size,
 )
@@ -153,9 +154,14 @@ def test_each_preset_sets_its_engines_settings() -> None:
     ],
 )
 def test_sglang_runs_each_model_with_its_default_strategy(model: str, strategy: str) -> None:
-    # _mamba_radix_cache_resolution: extra_buffer for _MAMBA_EXTRA_BUFFER_ARCHS.
+    # _mamba_radix_cache_resolution: extra_buffer for _MAMBA_EXTRA_BUFFER_ARCHS, on the
+    # grid of the model's mamba_chunk_size (FLA's 64 when it names none), decode states
+    # on lcm(grid, 256).
     sizes = get_model(model)
     assert sglang_default_strategy(sizes) == strategy
+    grids = {"nemotron-h-8b": 128, "qwen3-next-80b-a3b": 64}
+    if strategy == "extra_buffer":
+        assert sglang_checkpoint_grids(sizes) == (grids.get(model, 256), 256)
     explicit = "sglang-extra-buffer" if strategy == "extra_buffer" else "sglang-no-buffer"
     assert PRESETS["sglang"].settings(sizes) == PRESETS[explicit].settings(sizes)
 
