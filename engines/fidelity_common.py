@@ -62,11 +62,13 @@ def engine_presets_scenario(
     engine: str | None = None,
     token_budget: int | None = None,
     float32_state: bool = False,
+    model: str | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario at ``budget_bytes`` for ``seed``.
 
     Args:
         requests: the workload's requests (``None``: the scenario's).
+        model: a shipped model's name (``model.name``; ``None``: the scenario's).
         engine: the preset (``cache.engine``; ``None``: the scenario's).
         token_budget: the prefill chunk (``None``: the scenario's).
         float32_state: store the SSM state in float32 (``cache.ssm_state_dtype``: the
@@ -84,6 +86,8 @@ def engine_presets_scenario(
         overrides["workload.requests"] = requests
     if token_budget is not None:
         overrides["cache.token_budget"] = token_budget
+    if model is not None:
+        overrides["model.name"] = model
     # The engines' default for Nemotron-H is a float32 state, which the presets choose
     # (docs/SIMULATION.md 1b); "model" keeps the model's own bfloat16 on both sides.
     overrides["cache.ssm_state_dtype"] = "float32" if float32_state else "model"

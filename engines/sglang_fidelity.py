@@ -21,8 +21,10 @@ venv ``scripts/engine-venv-sglang.sh`` builds, ``.venv-sglang/bin/python``):
 SGLang 0.5.23 resolves ``auto`` to for NemotronH with its default overlap scheduler;
 :mod:`engines.sglang_replay`, step 6) and compares it with hyckpt's
 ``sglang-extra-buffer`` preset.
-``--mamba-chunk-size`` is the model's ``mamba_chunk_size`` it tracks states on (default
-:data:`engines.sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE`). ``--json`` writes, per request,
+``--mamba-chunk-size`` is the model's ``mamba_chunk_size`` it tracks states on (default:
+the one the preset assumes, ``sim.engine.presets.sglang_mamba_chunk_size``). ``--model``
+replays another shipped Mamba2 + attention model (``granite-4.0-h-micro``,
+``falcon-h1-7b``) on the same traffic. ``--json`` writes, per request,
 SGLang's hit, the positions at which it handed Mamba states to its tree
 (``sglang_mamba_inserts``) and the KV the tree holds of the request after its finish
 (``sglang_kv_in_tree``).
@@ -49,10 +51,6 @@ from engines import fidelity_common as common
 #: hyckpt's preset for each of SGLang's Mamba strategies.
 PRESET_OF_STRATEGY = {"no_buffer": "sglang-no-buffer", "extra_buffer": "sglang-extra-buffer"}
 
-#: :data:`engines.sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE` (not imported: that module
-#: is imported lazily, after SGLang).
-NEMOTRON_H_MAMBA_CHUNK_SIZE = 128
-
 
 def scenario(
     budget_bytes: int,
@@ -61,6 +59,7 @@ def scenario(
     ssm_dtype: str = "model",
     token_budget: int | None = None,
     strategy: str = "no_buffer",
+    model: str | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario with the preset of SGLang's ``strategy``
     (``sglang`` or ``sglang-extra-buffer``) at ``budget_bytes`` (``token_budget``: the
@@ -72,6 +71,7 @@ def scenario(
         engine=PRESET_OF_STRATEGY[strategy],
         token_budget=token_budget,
         float32_state=ssm_dtype == "sglang",
+        model=model,
     )
 
 
@@ -129,13 +129,15 @@ def compare(
     token_budget: int | None = None,
     strategy: str = "no_buffer",
     mamba_chunk_size: int | None = None,
+    model: str | None = None,
 ) -> Comparison:
     """Run both on the scenario's workload at ``budget_bytes`` (``strategy``: SGLang's
     Mamba strategy; hyckpt's side is that strategy's preset, :data:`PRESET_OF_STRATEGY`)."""
     from engines import sglang_replay
+    from sim.engine.presets import sglang_mamba_chunk_size
 
     ours = common.replay_hyckpt(
-        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy)
+        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy, model)
     )
     hybrid = sglang_replay.HybridModel.from_hyckpt(ours.model, "model")
     replayed = sglang_replay.replay(
@@ -145,7 +147,7 @@ def compare(
         ours.config.token_budget,
         tree_core=tree_core,
         strategy=strategy,
-        mamba_chunk_size=mamba_chunk_size or sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE,
+        mamba_chunk_size=mamba_chunk_size or sglang_mamba_chunk_size(ours.model),
     )
     theirs = [h.hit_tokens for h in replayed.hits]
     return Comparison(
@@ -217,7 +219,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "--mamba-chunk-size",
         type=int,
         default=None,
-        help=f"the model's mamba_chunk_size (extra_buffer; default {NEMOTRON_H_MAMBA_CHUNK_SIZE})",
+        help="the model's mamba_chunk_size (extra_buffer; default: the preset's for the model)",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a shipped Mamba2 + attention model (default: the scenario's, nemotron-h-8b)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write per-request hits")
     args = parser.parse_args(argv)
@@ -233,6 +240,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             args.token_budget,
             args.strategy,
             args.mamba_chunk_size,
+            args.model,
         ),
         lambda comparison: report(comparison, args.show, stream),
         args.json,

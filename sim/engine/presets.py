@@ -140,6 +140,16 @@ SGLANG_FLA_CHUNK_SIZE = 64
 SGLANG_MAMBA_CHUNK_SIZES = {"nemotron-h": 128, "granite-4.0-h": 256, "falcon-h1": 256}
 
 
+def sglang_mamba_chunk_size(model: ModelSizes) -> int:
+    """The ``mamba_chunk_size`` SGLang reads for ``model`` (:data:`SGLANG_MAMBA_CHUNK_SIZES`,
+    else FLA's 64), tokens."""
+    hf_id = model.hf_id.lower()
+    return next(
+        (size for family, size in SGLANG_MAMBA_CHUNK_SIZES.items() if family in hf_id),
+        SGLANG_FLA_CHUNK_SIZE,
+    )
+
+
 def sglang_checkpoint_grids(model: ModelSizes, page_size: int = 1) -> tuple[int, int]:
     """``(G, TG)`` of SGLang 0.5.23's ``extra_buffer`` strategy for ``model`` (tokens).
 
@@ -147,11 +157,7 @@ def sglang_checkpoint_grids(model: ModelSizes, page_size: int = 1) -> tuple[int,
     mamba_track_grid(P) = lcm(G, mamba_track_interval)`` (``runtime_context.py``), at page
     size ``P`` 1: SGLang's default attention backend on Hopper (``fa3``) keeps page size 1.
     """
-    hf_id = model.hf_id.lower()
-    chunk = next(
-        (size for family, size in SGLANG_MAMBA_CHUNK_SIZES.items() if family in hf_id),
-        SGLANG_FLA_CHUNK_SIZE,
-    )
+    chunk = sglang_mamba_chunk_size(model)
     grid = math.lcm(max(chunk, page_size), page_size)
     return grid, math.lcm(grid, SGLANG_MAMBA_TRACK_INTERVAL)
 

@@ -40,6 +40,7 @@ from engines import fidelity_common, sglang_fidelity, sglang_replay  # noqa: E40
 from engines.replay_common import ReplayRequest  # noqa: E402
 from reference.conformance.loading import load_implementation  # noqa: E402
 from reference.sizes import get_model  # noqa: E402
+from sim.engine.presets import sglang_mamba_chunk_size  # noqa: E402
 from sim.engine.run import run_simulation  # noqa: E402
 
 GIB = 1 << 30
@@ -215,7 +216,8 @@ def test_extra_buffer_is_configured_as_sglang_configures_nemotron_h(
     assert engine.track_interval == 256 and engine.overlap
     assert engine.req_to_token_pool.mamba_ping_pong_track_buffer_size == 2
     assert engine.req_to_token_pool.mamba_allocator.available_size() == plan.max_mamba_cache_size
-    assert sglang_fidelity.NEMOTRON_H_MAMBA_CHUNK_SIZE == sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE
+    nemotron = get_model("nemotron-h-8b")
+    assert sglang_mamba_chunk_size(nemotron) == sglang_replay.NEMOTRON_H_MAMBA_CHUNK_SIZE
 
 
 def test_extra_buffer_two_turns_worked_by_hand(model: sglang_replay.HybridModel) -> None:
@@ -348,3 +350,24 @@ def test_the_extra_buffer_preset_follows_sglangs_extra_buffer() -> None:
     ]
     assert found == EXTRA_BUFFER_DIFFERS_10_GIB
     assert abs(comparison.hyckpt_rate - comparison.sglang_rate) < 0.005
+
+
+def test_both_strategies_hold_on_a_model_with_a_256_token_grid() -> None:
+    """granite-4.0-h-micro (36 Mamba2 + 4 attention layers, mamba_chunk_size 256, so G =
+    TG = 256), 300 requests at 10 GiB: no_buffer hit for hit; extra_buffer up to the same
+    leaf-coupling requests as Nemotron-H's."""
+    for strategy, expected in (
+        ("no_buffer", []),
+        (
+            "extra_buffer",
+            [(89, "multi_turn_chat/7/2", 256, 512), (290, "multi_turn_chat/63/2", 256, 512)],
+        ),
+    ):
+        comparison = sglang_fidelity.compare(
+            10 * GIB, SEED, REQUESTS, "sglang", strategy=strategy, model="granite-4.0-h-micro"
+        )
+        found = [
+            (i, comparison.request_ids[i], comparison.hyckpt[i], comparison.sglang[i])
+            for i in comparison.differing()
+        ]
+        assert found == expected, strategy
