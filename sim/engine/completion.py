@@ -125,7 +125,7 @@ class Completion(CopyStream):
     def _register(self, seq: Seq) -> None:
         """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
         cached = min(seq.computed, seq.prompt_len)
-        if self.config.kv_up_to_checkpoint:  # SEMANTICS H8: KV goes in with a state
+        if self.config.kv_up_to_checkpoint:  # SEMANTICS H8a: KV goes in with a state
             cached = min(cached, seq.tracked)
         full = cached // self._block
         if full > seq.registered:
@@ -171,7 +171,7 @@ class Completion(CopyStream):
         if p > seq.prompt_len and config.generated_state:
             position = answer_state_position(seq.prompt_len, p, config.generated_state_grid)
         cached = p
-        if config.kv_up_to_checkpoint:  # SEMANTICS H8: KV goes in with a state
+        if config.kv_up_to_checkpoint:  # SEMANTICS H8a: KV goes in with a state
             cached = seq.tracked if position is None else position
         full = min(cached // block, len(seq.blocks))
         if full > seq.registered:
