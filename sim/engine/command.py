@@ -223,6 +223,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "default: off)",
     )
     parser.add_argument(
+        "--running-states",
+        type=int,
+        default=defaults.running_states,
+        help="recurrent states each running request holds in the checkpoint budget while it "
+        "runs (SGLang 1, 3 with extra_buffer; vLLM 1), evicting cached checkpoints at "
+        "admission; 0: live states outside the cache (default: %(default)s)",
+    )
+    parser.add_argument(
         "--spec-tokens",
         type=int,
         default=defaults.spec_tokens,
@@ -305,6 +313,7 @@ OPTION_OF_FIELD = {
     "seed": "--seed",
     "buffer_habits": "--buffer-habits",
     "cache_generated": "--cache-generated",
+    "running_states": "--running-states",
     "memory": "--memory",
     "cache_budget_bytes": "--cache-gib",
     "tensor_parallel": "--tensor-parallel",
@@ -371,6 +380,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             seed=args.seed,
             closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
             cache_generated=args.cache_generated,
+            running_states=args.running_states,
             mode=args.mode,
             faults=Faults(),
         )

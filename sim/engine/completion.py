@@ -137,6 +137,10 @@ class Completion(CopyStream):
         seq.phase = Phase.DONE
         if self.alpha_tuner is not None:
             self.alpha_tuner.on_finish(seq.index, seq.request)
+        if self._states_per_running:
+            # Before the answer's state is captured: the engine hands the request's own
+            # state over to the cache rather than copying it (SEMANTICS H9).
+            self._give_back_running_states()
         if self._cache_generated:
             self._cache_answer(seq)
         self.pool.release(seq.blocks)

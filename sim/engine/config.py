@@ -60,6 +60,8 @@ MAX_BLOCK_SIZE = 2**16
 MAX_TOKEN_BUDGET = 2**20
 #: Running sequences (batch slots) at most.
 MAX_NUM_SEQS = 2**20
+#: ``running_states`` at most: no engine holds more per running request.
+MAX_RUNNING_STATES = 8
 #: Speculative tokens per decode step at most.
 MAX_SPEC_TOKENS = 2**10
 #: KV pages at most (given, or derived from a byte budget or the GPU's memory; a derived
@@ -266,6 +268,13 @@ class SimConfig:
             registered as another copy, so the prefix stays cached as long as its most
             recently used copy (vLLM's ``BlockHashToBlockMap`` keeps every copy);
             ``False``: the copy stays private and is reused first.
+        running_states: recurrent states each running request holds in the checkpoint
+            budget while it runs (its live state and any tracking buffers), taken at
+            admission, evicting cached checkpoints as needed, and given back when it
+            finishes or is preempted (docs/SEMANTICS.md H9): SGLang's running request
+            holds its own Mamba slot (1; 3 with ``extra_buffer``'s two ping-pong track
+            slots), vLLM's one state block per Mamba group. ``0``: live states are
+            outside the cache (the budget left for the cache already excludes them).
         workload_hints: the engine is told the workload's structure (each request's
             ``branch_points`` and ``turn_starts``, for placement and H5's reservation
             order); ``False``: it knows only what it sees in the cache (the end of the
@@ -282,7 +291,10 @@ class SimConfig:
             (``srt/mem_cache/kv_cache_configurator.py``): ``int((budget * share - R) //
             R)`` slots of the recurrent state ``R`` alone (its Mamba pool also allocates a
             padding state, and at SGLang's page size 1 a state carries no partial page),
-            and KV pages from what ``(slots + 1) * R`` leaves of the budget.
+            and KV pages from what ``(slots + 1) * R`` leaves of the budget; running
+            requests capped at ``slots // 3``. ``sglang-extra-buffer``: the same pool,
+            capped at ``slots // 5`` (what a running request holds of it is
+            ``running_states``).
         ssm_state_dtype: the dtype the engine stores the recurrent state in (vLLM
             ``--mamba-ssm-cache-dtype``, SGLang ``--mamba-ssm-dtype``), replacing the
             model's ``ssm_state_dtype`` in every size and price; ``None``: the model's.
@@ -343,6 +355,7 @@ class SimConfig:
     kv_up_to_checkpoint: bool = False
     capture_all: bool = False
     keep_block_copies: bool = False
+    running_states: int = 0
     workload_hints: bool = True
     checkpoint_share: float | None = None
     checkpoint_share_rule: str = "share"
@@ -461,6 +474,7 @@ class SimConfig:
                 )
         if self.generated_state_grid:
             self._check_generated_state_grid()
+        _check_int(owner, "running_states", self.running_states, 0, MAX_RUNNING_STATES)
         if self.checkpoint_share_rule not in SHARE_RULES:
             raise InvalidConfigError(
                 f"SimConfig.checkpoint_share_rule must be one of {', '.join(SHARE_RULES)}, "
@@ -507,7 +521,30 @@ class SimConfig:
         self.costs()  # validates the cost parameters
         if self.checkpoint_slots is None and self.memory == "split" and not self.checkpoint_share:
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
+        if self.running_states:
+            self._check_running_states()
         self._check_fits()
+
+    def _check_running_states(self) -> None:
+        """One running request's states and one checkpoint must fit the cache."""
+        states = self.running_states
+        if self.memory == "unified":
+            pages, per_state = self.unified_pages(), self.unified_slot_pages()
+            if pages < (states + 1) * per_state:
+                raise InvalidConfigError(
+                    f"SimConfig.running_states={states}: a unified budget of {pages} pages "
+                    f"cannot hold one running request's {states} states and one checkpoint "
+                    f"({per_state} pages each); raise cache_budget_bytes or lower "
+                    "running_states"
+                )
+            return
+        capacity = self.checkpoint_capacity()
+        if capacity <= states:
+            raise InvalidConfigError(
+                f"SimConfig.running_states={states}: a checkpoint pool of {capacity} slots "
+                f"cannot hold one running request's {states} states and one checkpoint; "
+                "give the pool more slots or lower running_states"
+            )
 
     def _check_fits(self) -> None:
         """Refuse a plan whose weights, live state and pools exceed one GPU's memory."""
@@ -638,13 +675,10 @@ class SimConfig:
         """Split memory with ``checkpoint_share``: checkpoint slots of the share (by
         ``checkpoint_share_rule``)."""
         assert self.checkpoint_share is not None
-        if self.checkpoint_share_rule == "sglang":
+        if self.checkpoint_share_rule in SGLANG_STATES_PER_RUNNING_REQUEST:
+            # Both strategies size one pool; what running requests hold of it (extra_buffer:
+            # their live state and two ping-pong track slots) is running_states.
             return self._sglang_states()
-        if self.checkpoint_share_rule == "sglang-extra-buffer":
-            # The lone running request's two ping-pong track slots come from the same
-            # pool (HybridReqToTokenPool._alloc_ping_pong_buffer); its live state, like
-            # every engine's here, is outside the cache.
-            return max(0, self._sglang_states() - 2)
         share_bytes = int(self.unified_budget_bytes() * self.checkpoint_share)
         return min(MAX_CHECKPOINT_SLOTS, share_bytes // self.checkpoint_slot_bytes())
 
@@ -725,7 +759,7 @@ class SimConfig:
             return self.cache_budget_bytes
         costs = self.costs()
         usable = int(get_gpu(self.gpu).memory_bytes * GPU_MEMORY_UTILIZATION)
-        return max(0, usable - costs.weight_bytes - self.max_num_seqs * costs.recurrent_bytes)
+        return max(0, usable - costs.weight_bytes - self.live_state_bytes())
 
     def unified_page_bytes(self) -> int:
         """Bytes of one page: ``B`` tokens of every full-attention layer's KV (and draft KV)."""
@@ -847,11 +881,19 @@ class SimConfig:
         minimum = -(-self.token_budget // self.block_size) + 1
         return min(MAX_KV_BLOCKS, max(minimum, free // page))
 
+    def live_state_bytes(self) -> int:
+        """The running requests' own recurrent states outside the cache:
+        ``max_num_seqs * recurrent bytes``, or 0 with ``running_states``, which draws them
+        from the checkpoint budget instead."""
+        if self.running_states:
+            return 0
+        return self.max_num_seqs * self.costs().recurrent_bytes
+
     def _fixed_memory_bytes(self) -> dict[str, int]:
         costs = self.costs()
         return {
             "weights_bytes": costs.weight_bytes,
-            "live_state_bytes": self.max_num_seqs * costs.recurrent_bytes,
+            "live_state_bytes": self.live_state_bytes(),
             "checkpoint_pool_bytes": 0
             if self.memory == "unified"  # its slots are pages of the KV pool
             else self.checkpoint_capacity() * self.checkpoint_slot_bytes(),

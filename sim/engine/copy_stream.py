@@ -97,7 +97,8 @@ class CopyStream(EngineCore):
 
     def _start_capture_job(self, writes: list[Reservation], duration: float) -> None:
         """Run the step's capture copies on the copy stream; they publish on completion."""
-        self.env.process(self._capture_job(writes, duration))
+        # The stream runs its jobs in order: the latest one finishes last.
+        self._last_capture_job = self.env.process(self._capture_job(writes, duration))
 
     def _capture_job(self, writes: list[Reservation], duration: float) -> ProcessGenerator:
         with self.copy.request() as turn:

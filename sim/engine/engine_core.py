@@ -73,6 +73,16 @@ class EngineCore:
             config.placement, **config.placement_arguments()
         )
         self._unified = config.memory == "unified"
+        # running_states: what each running request holds of the checkpoint budget, and
+        # what the running requests hold together now (SEMANTICS H9).
+        self._states_per_running = config.running_states
+        self._running_states_held = 0
+        if self._states_per_running and not callable(getattr(inner, "evict_one", None)):
+            raise InvalidConfigError(
+                f"running_states={config.running_states} needs an index with "
+                f"evict_one(reason) (the reference index has it), to make room for a running "
+                f"request's states; {implementation.name!r}'s index has none"
+            )
         if self._unified:
             if not callable(getattr(inner, "evict_one", None)):
                 raise InvalidConfigError(
@@ -144,6 +154,7 @@ class EngineCore:
         self._max_tokens = self.pool.num_blocks * config.block_size
         self._cache_generated = config.cache_generated
         self._step_writes: list[Reservation] = []  # captures written in the current step
+        self._last_capture_job: simpy.Process | None = None
 
     # --- running ----------------------------------------------------------------------
 
@@ -274,6 +285,9 @@ class EngineCore:
         cached, or no slot: counted)."""
         metrics, costs = self.metrics, self.costs
         size = costs.checkpoint_bytes(position)
+        if self._running_states_held and not self._unified and not self._free_slots(1):
+            metrics.captures_no_slot += 1
+            return None
         outcome = self.index.reserve(
             self._namespace,
             hashed,
@@ -307,6 +321,42 @@ class EngineCore:
         self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
         self._slot_bytes[slot] = size
         return outcome
+
+    # --- running requests' states (running_states, SEMANTICS H9) ------------------------
+
+    def _take_running_states(self) -> bool:
+        """Hold ``running_states`` states of the checkpoint budget for a request being
+        admitted, evicting cached checkpoints (split memory) or pages (unified memory, by
+        the shared pool's rule) as needed; whether it got them (what was evicted stays
+        evicted)."""
+        count = self._states_per_running
+        if self._unified:
+            pages = count * self._slot_pages
+            if not self._shared_pool.make_fresh(pages):
+                return False
+            self._shared_pool.withheld += pages
+        elif not self._free_slots(count):
+            return False
+        self._running_states_held += count
+        return True
+
+    def _give_back_running_states(self) -> None:
+        """A running request finished or was preempted: its states are free again."""
+        count = self._states_per_running
+        self._running_states_held -= count
+        if self._unified:
+            self._shared_pool.withheld -= count * self._slot_pages
+
+    def _free_slots(self, count: int) -> bool:
+        """Split memory: evict the index policy's victims until ``count`` free slots lie
+        beyond those the running requests hold; whether it got there."""
+        index = self.index
+        while index.free_count() < self._running_states_held + count:
+            slot = index.evict_one("capacity")
+            if slot is None:
+                return False
+            self._release_bytes(slot)
+        return True
 
     def _evict_checkpoint_for_memory(self) -> bool:
         """Unified memory: evict the index policy's victim to give its pages back."""

@@ -103,13 +103,21 @@ class Planning(EngineCore):
         # them may have been reused since: those come fresh, like the chunk's.
         shared = min(p // block, present)
         end = min(n, p + budget)
-        if hit is not None and self._unified:
-            # The pages for the chunk may come from evicting checkpoints: not this one.
+        # The pages for the chunk, or the request's running states, may come from
+        # evicting checkpoints: not this one.
+        pin_first = hit is not None and (self._unified or self._states_per_running > 0)
+        if pin_first:
+            assert hit is not None
             self.index.pin(hit.slot)
-            self._ledger.pin(hit.slot)
+            if self._unified:
+                self._ledger.pin(hit.slot)
         blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
+        if blocks is not None and self._states_per_running and not self._take_running_states():
+            self.pool.release(blocks)  # nothing evictable holds the states: wait
+            blocks = None
         if blocks is None:
-            if hit is not None and self._unified:
+            if pin_first:
+                assert hit is not None
                 self._unpin(hit.slot)
             return 0
         self.waiting.popleft()
@@ -141,7 +149,7 @@ class Planning(EngineCore):
             seq.hit_slot = hit.slot
             if self._unified:  # pinned above
                 self._ledger.touch(hit.slot, self._shared_pool.tick())
-            else:
+            elif not pin_first:
                 self.index.pin(hit.slot)
             plan.restores.append(seq)
         else:
@@ -233,7 +241,7 @@ class Planning(EngineCore):
 
     def _room_without_eviction(self) -> bool:
         """A checkpoint can be reserved without evicting anything."""
-        if not self.index.free_count():
+        if self.index.free_count() <= (0 if self._unified else self._running_states_held):
             return False
         return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
 
@@ -253,6 +261,8 @@ class Planning(EngineCore):
         self.running.remove(seq)
         self.pool.release(seq.blocks)
         seq.blocks = []
+        if self._states_per_running:
+            self._give_back_running_states()
         self.backend.release(seq.request_id, seq.batch_slot)
         self._free_batch.append(seq.batch_slot)
         seq.batch_slot = -1

@@ -65,6 +65,9 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.capture_all": True,
         # BlockHashToBlockMap (vllm/v1/core/block_pool.py) keeps every copy of a block.
         "cache.keep_block_copies": True,
+        # A running request's own state is a block of the same pool, one per Mamba group
+        # (MambaManager in align mode frees the previous step's block once copied from).
+        "cache.running_states": 1,
         "cache.memory": "unified" if model.full_attention_layers else "split",
     }
 
@@ -84,6 +87,8 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.checkpoint_share": ratio / (1 + ratio),
         # _handle_max_mamba_cache: int((budget * r / (1 + r) - R) // R) states, KV the rest.
         "cache.checkpoint_share_rule": "sglang",
+        # HybridReqToTokenPool.alloc: a running request's own slot of the Mamba pool.
+        "cache.running_states": 1,
     }
 
 
@@ -169,8 +174,10 @@ def _sglang_extra_buffer(model: ModelSizes, choose_dtype: bool = True) -> dict[s
         "placement.params": {"grid": grid, "hash_unit": 1},
         "cache.generated_state_grid": track_grid,
         "cache.kv_up_to_checkpoint": True,
-        # The running request's two ping-pong track slots come from the Mamba pool.
+        # Running requests capped at states // 5 (resolve_max_num_reqs).
         "cache.checkpoint_share_rule": "sglang-extra-buffer",
+        # Its own slot and two ping-pong track slots (_alloc_ping_pong_buffer).
+        "cache.running_states": 3,
     }
 
 

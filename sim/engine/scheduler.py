@@ -105,6 +105,13 @@ class Engine(FusedDecode):
                 self._now = env.now
                 plan = self._schedule()
             if plan.empty:
+                job = self._last_capture_job
+                if not self.running and self.waiting and job is not None and job.is_alive:
+                    # Checkpoints being written hold the slots the head needs for its
+                    # running states (SEMANTICS H9): it waits for the copy to publish them.
+                    yield job
+                    plan = None
+                    continue
                 if not self.running and self.waiting:
                     # Cannot happen with a consistent pool; never spin forever.
                     head = self.waiting.popleft()

@@ -577,6 +577,7 @@ def _assemble(
             kv_up_to_checkpoint=cache["kv_up_to_checkpoint"],
             capture_all=cache["capture_all"],
             keep_block_copies=cache["keep_block_copies"],
+            running_states=cache["running_states"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
             checkpoint_share_rule=cache["checkpoint_share_rule"],

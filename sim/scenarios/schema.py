@@ -31,6 +31,7 @@ from sim.engine.config import (
     MAX_CHECKPOINT_SLOTS,
     MAX_KV_BLOCKS,
     MAX_NUM_SEQS,
+    MAX_RUNNING_STATES,
     MAX_SECONDS,
     MAX_SEED,
     MAX_SPEC_TOKENS,
@@ -398,6 +399,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "a KV block computed again under a cached digest is cached as another copy "
             "(vLLM); false: it stays private",
         ),
+        "running_states": Key(
+            integer(0, MAX_RUNNING_STATES),
+            0,
+            "recurrent states each running request holds in the checkpoint budget while it "
+            "runs (SGLang: 1, 3 with extra_buffer; vLLM: 1), evicting cached checkpoints "
+            "to make room at admission; 0: live states are outside the cache",
+        ),
         "checkpoint_share": Key(
             number(0.0, 1.0, strict=True),
             None,
@@ -408,8 +416,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
             choice(list(SHARE_RULES)),
             "share",
             "how checkpoint_share cuts the budget: share (floor(budget * share / slot)), "
-            "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state) or "
-            "sglang-extra-buffer (the same less the running request's two track slots)",
+            "sglang (SGLang's _handle_max_mamba_cache: states alone, one padding state; "
+            "running requests capped at states // 3) or sglang-extra-buffer (the same, "
+            "capped at states // 5)",
         ),
         "ssm_state_dtype": Key(
             choice(["model", "bfloat16", "float16", "float32"]),

@@ -97,6 +97,7 @@ def assert_clean(engine: Engine) -> None:
     # finished request had one, an admitted one never had two.
     assert m.requests_finished <= len(m.ttft_s) <= m.requests_admitted
     assert m.captures_reserved == m.captures_published + m.captures_aborted + m.captures_cancelled
+    assert engine._running_states_held == 0  # every running request gave its states back
 
 
 def test_workload_names_cover_every_generator() -> None:

@@ -74,9 +74,11 @@ def test_each_engine_stores_nemotron_h_state_as_it_does_by_default() -> None:
     assert (vllm.block_size, vllm.unit, vllm.unified_slot_pages()) == (1040, 1040, 6)
     sglang = scenario(f'[cache]\nengine = "sglang-no-buffer"\n{budget}').sim_config
     assert sglang.ssm_state_dtype == "float32" and sglang.checkpoint_capacity() == 18
-    # extra_buffer (SGLang's default for Nemotron-H): two of them are the track slots.
+    # extra_buffer (SGLang's default for Nemotron-H): the same pool, of which a running
+    # request holds three (its own slot and two track slots) instead of one.
     default = scenario(f'[cache]\nengine = "sglang"\n{budget}').sim_config
-    assert default.ssm_state_dtype == "float32" and default.checkpoint_capacity() == 16
+    assert default.ssm_state_dtype == "float32" and default.checkpoint_capacity() == 18
+    assert (sglang.running_states, default.running_states) == (1, 3)
     marconi = scenario(f'[cache]\nengine = "marconi"\n{budget}').sim_config
     assert marconi.ssm_state_dtype is None and marconi.sizes().ssm_state_dtype == "bfloat16"
     # A model outside those families keeps its own dtype; the file's key wins.
@@ -104,6 +106,7 @@ def test_each_preset_sets_its_engines_settings() -> None:
     # boundary is kept, a recomputed block is cached as another copy, and a checkpoint
     # takes one page per Mamba group (6: 24 layers in groups of 4), no partial KV page.
     assert vllm.capture_all and vllm.keep_block_copies
+    assert vllm.running_states == 1  # its own state block in each Mamba group
     assert vllm.block_aligned_checkpoints() and vllm.unified_slot_pages() == 6
     none = scenario(
         '[cache]\nmemory = "unified"\nblock_size = 528\ncache_budget_bytes = 4294967296'
@@ -131,7 +134,8 @@ def test_each_preset_sets_its_engines_settings() -> None:
     )
     assert extra.generated_state_grid == 256 and extra.kv_up_to_checkpoint
     assert extra.checkpoint_share_rule == "sglang-extra-buffer"
-    assert extra.checkpoint_capacity() == 36 and extra.kv_capacity() == sglang.kv_capacity()
+    assert extra.checkpoint_capacity() == 38 and extra.kv_capacity() == sglang.kv_capacity()
+    assert (sglang.running_states, extra.running_states) == (1, 3)
     marconi = scenario('[cache]\nengine = "marconi"\ncache_budget_bytes = 4294967296').sim_config
     assert (marconi.placement, marconi.eviction, marconi.memory) == (
         "branch",
@@ -140,6 +144,7 @@ def test_each_preset_sets_its_engines_settings() -> None:
     )
     assert marconi.placement_arguments()["end_of_input"] is False
     assert marconi.generated_state and not marconi.workload_hints
+    assert marconi.running_states == 0  # a cache-only simulator: nothing runs
 
 
 @pytest.mark.parametrize(
@@ -370,14 +375,17 @@ def test_generated_state_grid_needs_an_answer_state_and_the_shadow_backend() -> 
         SimConfig(generated_state_grid=-1, cache_generated=True)
 
 
-def test_extra_buffer_share_rule_leaves_two_track_slots_out() -> None:
+def test_both_sglang_share_rules_size_the_same_pool() -> None:
+    # What a running request holds of it (extra_buffer: two ping-pong track slots more)
+    # is running_states, not the pool's size; the rules differ in the running cap only.
     base = dict(
         memory="split", cache_budget_bytes=2 * 2**30, checkpoint_share=0.9 / 1.9, mode="replay"
     )
     sglang = SimConfig(checkpoint_share_rule="sglang", **base)  # type: ignore[arg-type]
     extra = SimConfig(checkpoint_share_rule="sglang-extra-buffer", **base)  # type: ignore[arg-type]
-    assert extra.shared_budget_slots() == sglang.shared_budget_slots() - 2
+    assert extra.shared_budget_slots() == sglang.shared_budget_slots() == 18
     assert extra.shared_budget_kv_pages() == sglang.shared_budget_kv_pages()
+    assert (sglang.sglang_running_cap(), extra.sglang_running_cap()) == (6, 3)
 
 
 def test_sglang_runs_as_many_requests_as_its_mamba_pool_allows() -> None:
