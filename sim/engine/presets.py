@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from reference.sizes import ModelSizes, get_model, kv_bytes_per_token, recurrent_breakdown
+from sim.engine.costs import GIB, GpuSpec
 
 #: FlashAttention's kernel block alignment on CUDA (``get_supported_kernel_block_sizes``:
 #: ``MultipleOf(16)``), which vLLM's default ``block_size`` 16 equals.
@@ -223,6 +224,44 @@ def _marconi(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     }
 
 
+def vllm_scheduling(gpu: GpuSpec) -> dict[str, object]:
+    """What ``vllm serve`` schedules per step and runs at most on ``gpu`` by default:
+    ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, vLLM 0.33) for the
+    OpenAI server: ``max_num_batched_tokens`` / ``max_num_seqs`` 16384 / 1024 from 160 GiB
+    of device memory, 8192 / 1024 from 70 GiB on a GPU that is not an A100 (H100, H200),
+    2048 / 256 otherwise (A100: "setting large max_num_batched_tokens for A100 reduces
+    throughput")."""
+    memory = gpu.memory_bytes
+    if memory >= 160 * GIB:
+        budget, running = 16384, 1024
+    elif memory >= 70 * GIB and "a100" not in gpu.name:
+        budget, running = 8192, 1024
+    else:
+        budget, running = 2048, 256
+    return {"cache.token_budget": budget, "engine.max_num_seqs": running}
+
+
+def sglang_scheduling(gpu: GpuSpec) -> dict[str, object]:
+    """SGLang 0.5.23's default ``chunked_prefill_size`` on ``gpu``, its prefill chunk
+    (``arg_groups/memory_hook.py``, the GPU-memory tiers: under 20 GiB 2048, under 60 GiB
+    4096, under 160 GiB 8192 (H100, A100 80 GB, H200), else 16384). Its running requests
+    are capped by the Mamba pool (``SimConfig.sglang_running_cap``), not set here."""
+    memory = gpu.memory_bytes
+    if memory < 20 * GIB:
+        chunk = 2048
+    elif memory < 60 * GIB:
+        chunk = 4096
+    elif memory < 160 * GIB:
+        chunk = 8192
+    else:
+        chunk = 16384
+    return {"cache.token_budget": chunk}
+
+
+def _no_scheduling(gpu: GpuSpec) -> dict[str, object]:
+    return {}  # Marconi's simulator has no scheduler
+
+
 @dataclass(frozen=True)
 class EnginePreset:
     """One engine's settings, resolved for a model.
@@ -233,11 +272,15 @@ class EnginePreset:
         build: the dotted scenario keys (``"placement.policy"``) and their values for a
             model, and whether the preset chooses the engine's state dtype (``False``:
             the file set it, and the model already carries it).
+        schedule: the engine's scheduling defaults on a GPU (its prefill chunk or step
+            budget, ``cache.token_budget``, and its running-request limit,
+            ``engine.max_num_seqs``), which depend on the GPU's memory.
     """
 
     name: str
     describe: str
     build: Callable[[ModelSizes, bool], dict[str, object]]
+    schedule: Callable[[GpuSpec], dict[str, object]]
 
     def settings(
         self, model: str | ModelSizes, state_dtype: str | None = None, *, fixed: object = None
@@ -253,6 +296,10 @@ class EnginePreset:
             sizes = dataclasses.replace(sizes, ssm_state_dtype=state_dtype)
         return self.build(sizes, fixed is None)
 
+    def scheduling(self, gpu: GpuSpec) -> Mapping[str, object]:
+        """The preset's scheduling keys for ``gpu`` (``schedule``)."""
+        return self.schedule(gpu)
+
 
 PRESETS: dict[str, EnginePreset] = {
     preset.name: preset
@@ -262,6 +309,7 @@ PRESETS: dict[str, EnginePreset] = {
             "vLLM 0.33 align mode: Mamba state kept at each prompt's last block boundary "
             "and at shared-prefix junctions, decoded KV cached, one block pool, LRU",
             _vllm,
+            vllm_scheduling,
         ),
         EnginePreset(
             "sglang",
@@ -269,12 +317,14 @@ PRESETS: dict[str, EnginePreset] = {
             "models on its extra-buffer list (Nemotron-H, Qwen3-Next, Falcon-H1, "
             "Granite-4.0-H), sglang-no-buffer for the others",
             _sglang_default,
+            sglang_scheduling,
         ),
         EnginePreset(
             "sglang-no-buffer",
             "SGLang 0.5.23 no_buffer: state at the end of every chunk and of every finished "
             "request, a Mamba pool of its own (ratio 0.9), LRU",
             _sglang,
+            sglang_scheduling,
         ),
         EnginePreset(
             "sglang-extra-buffer",
@@ -282,12 +332,14 @@ PRESETS: dict[str, EnginePreset] = {
             "its list): one state per chunk on a grid, the last decode-tracked state of "
             "every finished request, KV cached up to the state, LRU",
             _sglang_extra_buffer,
+            sglang_scheduling,
         ),
         EnginePreset(
             "marconi",
             "Marconi: states at branch-off points and at the end of each sequence, one "
             "byte capacity, its FLOP-aware eviction with alpha tuned by bootstrap replay",
             _marconi,
+            _no_scheduling,
         ),
     )
 }

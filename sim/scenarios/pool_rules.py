@@ -173,7 +173,11 @@ def apply_preset(
     # A state dtype the file sets is the engine's: the preset's model-dependent settings
     # (vLLM's block size) follow it, and the preset keeps it.
     dtype = tables["cache"]["ssm_state_dtype"] if given("cache", "ssm_state_dtype") else None
-    settings = PRESETS[name].settings(share, None if dtype == "model" else dtype, fixed=dtype)
+    preset = PRESETS[name]
+    settings = {
+        **preset.settings(share, None if dtype == "model" else dtype, fixed=dtype),
+        **preset.scheduling(get_gpu(tables["model"]["gpu"])),
+    }
     for dotted, value in settings.items():
         table, key = dotted.split(".")
         # A policy's parameters go with the policy: a file that picks another policy

@@ -16,12 +16,15 @@ import pytest
 from reference.errors import InvalidConfigError
 from reference.sizes import get_model
 from sim.engine import SimConfig
+from sim.engine.costs import get_gpu
 from sim.engine.presets import (
     PRESETS,
     SGLANG_MAMBA_FULL_MEMORY_RATIO,
     sglang_checkpoint_grids,
     sglang_default_strategy,
+    sglang_scheduling,
     vllm_block_size,
+    vllm_scheduling,
 )
 from sim.scenarios.loader import SCENARIO_DIR, Scenario, build_scenario, load_scenario
 from sim.scenarios.schema import ScenarioError
@@ -412,3 +415,37 @@ def test_sglang_runs_as_many_requests_as_its_mamba_pool_allows() -> None:
         SimConfig(cache_budget_bytes=4 * GIB, **split)  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigError, match="cannot serve one request"):
         SimConfig(cache_budget_bytes=GIB // 2, ssm_state_dtype="float32", mode="replay", **split)  # type: ignore[arg-type]
+
+
+def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
+    # vLLM 0.33 EngineArgs.get_batch_defaults for `vllm serve`: 8192 tokens a step and
+    # 1024 running requests on an H100 or H200, 2048 / 256 on an A100 (its name is
+    # checked), 16384 / 1024 from 160 GiB. SGLang 0.5.23's chunked_prefill_size by GPU
+    # memory tier (arg_groups/memory_hook.py): 8192 on all three shipped GPUs.
+    budget = "cache_budget_bytes = 4294967296"
+    for gpu, expected in (("h200", (8192, 1024)), ("h100", (8192, 1024)), ("a100", (2048, 256))):
+        config = scenario(f'[model]\ngpu = "{gpu}"\n[cache]\nengine = "vllm"\n{budget}').sim_config
+        assert (config.token_budget, config.max_num_seqs) == expected, gpu
+        sglang = scenario(
+            f'[model]\ngpu = "{gpu}"\n[cache]\nengine = "sglang-no-buffer"\n{budget}'
+        ).sim_config
+        assert sglang.token_budget == 8192
+    h200 = get_gpu("h200")
+    assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=192 * GIB)) == {
+        "cache.token_budget": 16384,
+        "engine.max_num_seqs": 1024,
+    }
+    assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=48 * GIB)) == {
+        "cache.token_budget": 2048,
+        "engine.max_num_seqs": 256,
+    }
+    tiers = [(16, 2048), (24, 4096), (48, 4096), (80, 8192), (141, 8192), (192, 16384)]
+    for gib, chunk in tiers:
+        spec = dataclasses.replace(h200, memory_bytes=gib * GIB)
+        assert sglang_scheduling(spec) == {"cache.token_budget": chunk}, gib
+    assert PRESETS["marconi"].scheduling(h200) == {}
+    # The file's own values win.
+    mine = scenario(
+        f'[cache]\nengine = "vllm"\n{budget}\ntoken_budget = 4096\n[engine]\nmax_num_seqs = 64'
+    ).sim_config
+    assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
