@@ -203,6 +203,11 @@ class SimConfig:
         block_size: tokens per KV page ``B``.
         hash_unit: hash unit ``h`` of the checkpoint index (divides ``B``); ``None`` = ``B``.
         token_budget: tokens scheduled per step (decode first, then prefill chunks).
+        decodes_share_budget: a step's decode tokens come out of ``token_budget`` before
+            its prefill chunks (vLLM's mixed batches); ``False``: the prefill chunks and
+            admissions get the whole ``token_budget`` whatever the step decodes (SGLang
+            runs prefill and decode in separate batches, so its chunk is
+            ``chunked_prefill_size`` tokens however many requests decode).
         max_num_seqs: running sequences at most (batch slots).
         kv_blocks: KV pages in the pool; ``None`` = sized from the GPU memory left after
             weights, live recurrent state and the checkpoint pool.
@@ -325,6 +330,7 @@ class SimConfig:
     block_size: int = 16
     hash_unit: int | None = None
     token_budget: int = 8192
+    decodes_share_budget: bool = True
     max_num_seqs: int = 256
     kv_blocks: int | None = None
     checkpoint_slots: int | None = None
@@ -462,6 +468,7 @@ class SimConfig:
                 f"SimConfig.cache_generated must be a bool, got {self.cache_generated!r}"
             )
         for flag in (
+            "decodes_share_budget",
             "generated_state",
             "kv_up_to_checkpoint",
             "capture_all",

@@ -36,7 +36,8 @@ class Planning(EngineCore):
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
                 plan.decodes[seq] = tokens
-                budget -= tokens
+                if config.decodes_share_budget:
+                    budget -= tokens
         for seq in list(self.running):
             if budget <= 0:
                 break

@@ -90,6 +90,8 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.checkpoint_share_rule": "sglang",
         # HybridReqToTokenPool.alloc: a running request's own slot of the Mamba pool.
         "cache.running_states": 1,
+        # Prefill and decode run in separate batches: a chunk is chunked_prefill_size.
+        "cache.decodes_share_budget": False,
     }
 
 

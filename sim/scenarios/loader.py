@@ -547,6 +547,7 @@ def _assemble(
             block_size=cache["block_size"],
             hash_unit=cache["hash_unit"],
             token_budget=cache["token_budget"],
+            decodes_share_budget=cache["decodes_share_budget"],
             max_num_seqs=max_num_seqs,
             kv_blocks=kv_blocks,
             checkpoint_budget_bytes=cache["checkpoint_budget_bytes"],

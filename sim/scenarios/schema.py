@@ -333,6 +333,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             integer(1, MAX_BLOCK_SIZE), None, "prefix-hash unit h in tokens (divides B; unset = B)"
         ),
         "token_budget": Key(integer(1, MAX_TOKEN_BUDGET), 8192, "tokens scheduled per engine step"),
+        "decodes_share_budget": Key(
+            boolean,
+            True,
+            "a step's decode tokens come out of token_budget before its prefill chunks "
+            "(vLLM); false: prefill chunks get the whole token_budget (SGLang's separate "
+            "prefill batches)",
+        ),
         "kv_blocks": Key(
             integer(1, MAX_KV_BLOCKS), None, "KV pages (unset: kv_budget_bytes or GPU memory)"
         ),

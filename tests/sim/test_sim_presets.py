@@ -449,3 +449,27 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
         f'[cache]\nengine = "vllm"\n{budget}\ntoken_budget = 4096\n[engine]\nmax_num_seqs = 64'
     ).sim_config
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
+
+
+def test_sglang_chunks_ignore_the_steps_decodes() -> None:
+    # Budget 64, chunk-end placement. a (16 tokens) and b (200) arrive together: step 1
+    # prefills a's 16 and b's first 48 (states 16, 48). From step 2 a decodes one token a
+    # step: with vLLM's mixed batches b's chunks get 64 - 1 = 63 tokens (111, 174, 200);
+    # SGLang prefills in batches of their own, so its chunks stay 64 (112, 176, 200).
+    config = dataclasses.replace(
+        ROOMY,
+        placement="chunk-end",
+        placement_params={"hash_unit": 1},
+        token_budget=64,
+        max_num_seqs=2,
+    )
+    a = Request("a/0", 0.0, "a", 0, Prompt([(1, 16)]), 50, (0,), "x")
+    b = Request("b/0", 0.0, "b", 0, Prompt([(2, 200)]), 1, (0,), "x")
+    mixed = run(config, [a, b])
+    assert published_positions(mixed) == [16, 48, 111, 174, 200]
+    separate = run(dataclasses.replace(config, decodes_share_budget=False), [a, b])
+    assert published_positions(separate) == [16, 48, 112, 176, 200]
+    sglang = scenario('[cache]\nengine = "sglang-no-buffer"\ncache_budget_bytes = 4294967296')
+    assert sglang.sim_config.decodes_share_budget is False
+    vllm = scenario('[cache]\nengine = "vllm"\ncache_budget_bytes = 4294967296')
+    assert vllm.sim_config.decodes_share_budget is True
