@@ -60,10 +60,10 @@ MAX_BLOCK_SIZE = 2**16
 MAX_TOKEN_BUDGET = 2**20
 #: Running sequences (batch slots) at most.
 MAX_NUM_SEQS = 2**20
-#: ``running_states`` at most: no engine holds more per running request.
-MAX_RUNNING_STATES = 8
 #: Speculative tokens per decode step at most.
 MAX_SPEC_TOKENS = 2**10
+#: ``running_states`` at most: vLLM's ``1 + num_speculative_tokens`` blocks per group.
+MAX_RUNNING_STATES = 1 + MAX_SPEC_TOKENS
 #: KV pages at most (given, or derived from a byte budget or the GPU's memory; a derived
 #: value is capped at it, e.g. for a model without full-attention layers).
 MAX_KV_BLOCKS = 2**22

@@ -66,9 +66,6 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.capture_all": True,
         # BlockHashToBlockMap (vllm/v1/core/block_pool.py) keeps every copy of a block.
         "cache.keep_block_copies": True,
-        # A running request's own state is a block of the same pool, one per Mamba group
-        # (MambaManager in align mode frees the previous step's block once copied from).
-        "cache.running_states": 1,
         "cache.memory": "unified" if model.full_attention_layers else "split",
     }
 
@@ -226,13 +223,17 @@ def _marconi(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     }
 
 
-def vllm_scheduling(gpu: GpuSpec) -> dict[str, object]:
+def vllm_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
     """What ``vllm serve`` schedules per step and runs at most on ``gpu`` by default:
     ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, vLLM 0.33) for the
     OpenAI server: ``max_num_batched_tokens`` / ``max_num_seqs`` 16384 / 1024 from 160 GiB
     of device memory, 8192 / 1024 from 70 GiB on a GPU that is not an A100 (H100, H200),
     2048 / 256 otherwise (A100: "setting large max_num_batched_tokens for A100 reduces
-    throughput")."""
+    throughput"). And what a running request holds of the block pool: its own state
+    block in each Mamba group plus ``num_speculative_blocks`` = ``spec_tokens`` more with
+    speculative decoding (``MambaBase.get_kv_cache_spec``,
+    ``vllm/model_executor/layers/mamba/abstract.py``, ReplaySSM off as by default;
+    ``MambaManager.get_num_blocks_to_allocate`` adds them in align mode)."""
     memory = gpu.memory_bytes
     if memory >= 160 * GIB:
         budget, running = 16384, 1024
@@ -240,14 +241,20 @@ def vllm_scheduling(gpu: GpuSpec) -> dict[str, object]:
         budget, running = 8192, 1024
     else:
         budget, running = 2048, 256
-    return {"cache.token_budget": budget, "engine.max_num_seqs": running}
+    return {
+        "cache.token_budget": budget,
+        "engine.max_num_seqs": running,
+        "cache.running_states": 1 + spec_tokens,
+    }
 
 
-def sglang_scheduling(gpu: GpuSpec) -> dict[str, object]:
+def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
     """SGLang 0.5.23's default ``chunked_prefill_size`` on ``gpu``, its prefill chunk
     (``arg_groups/memory_hook.py``, the GPU-memory tiers: under 20 GiB 2048, under 60 GiB
     4096, under 160 GiB 8192 (H100, A100 80 GB, H200), else 16384). Its running requests
-    are capped by the Mamba pool (``SimConfig.sglang_running_cap``), not set here."""
+    are capped by the Mamba pool (``SimConfig.sglang_running_cap``), not set here, and
+    what each holds of it is the strategy's (``cache.running_states``); speculative
+    decoding's Mamba slots are not modelled."""
     memory = gpu.memory_bytes
     if memory < 20 * GIB:
         chunk = 2048
@@ -260,7 +267,7 @@ def sglang_scheduling(gpu: GpuSpec) -> dict[str, object]:
     return {"cache.token_budget": chunk}
 
 
-def _no_scheduling(gpu: GpuSpec) -> dict[str, object]:
+def _no_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
     return {}  # Marconi's simulator has no scheduler
 
 
@@ -274,15 +281,16 @@ class EnginePreset:
         build: the dotted scenario keys (``"placement.policy"``) and their values for a
             model, and whether the preset chooses the engine's state dtype (``False``:
             the file set it, and the model already carries it).
-        schedule: the engine's scheduling defaults on a GPU (its prefill chunk or step
-            budget, ``cache.token_budget``, and its running-request limit,
-            ``engine.max_num_seqs``), which depend on the GPU's memory.
+        schedule: the engine's settings that depend on the deployment: on a GPU (its
+            prefill chunk or step budget, ``cache.token_budget``, its running-request
+            limit, ``engine.max_num_seqs``, which depend on the GPU's memory) serving
+            ``spec_tokens`` speculative tokens (vLLM's running states).
     """
 
     name: str
     describe: str
     build: Callable[[ModelSizes, bool], dict[str, object]]
-    schedule: Callable[[GpuSpec], dict[str, object]]
+    schedule: Callable[[GpuSpec, int], dict[str, object]]
 
     def settings(
         self, model: str | ModelSizes, state_dtype: str | None = None, *, fixed: object = None
@@ -298,9 +306,10 @@ class EnginePreset:
             sizes = dataclasses.replace(sizes, ssm_state_dtype=state_dtype)
         return self.build(sizes, fixed is None)
 
-    def scheduling(self, gpu: GpuSpec) -> Mapping[str, object]:
-        """The preset's scheduling keys for ``gpu`` (``schedule``)."""
-        return self.schedule(gpu)
+    def scheduling(self, gpu: GpuSpec, spec_tokens: int = 0) -> Mapping[str, object]:
+        """The preset's deployment-dependent keys for ``gpu`` and ``spec_tokens``
+        (``schedule``)."""
+        return self.schedule(gpu, spec_tokens)
 
 
 PRESETS: dict[str, EnginePreset] = {

@@ -176,7 +176,7 @@ def apply_preset(
     preset = PRESETS[name]
     settings = {
         **preset.settings(share, None if dtype == "model" else dtype, fixed=dtype),
-        **preset.scheduling(get_gpu(tables["model"]["gpu"])),
+        **preset.scheduling(get_gpu(tables["model"]["gpu"]), tables["engine"]["spec_tokens"]),
     }
     for dotted, value in settings.items():
         table, key = dotted.split(".")

@@ -434,11 +434,17 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=192 * GIB)) == {
         "cache.token_budget": 16384,
         "engine.max_num_seqs": 1024,
+        "cache.running_states": 1,
     }
     assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=48 * GIB)) == {
         "cache.token_budget": 2048,
         "engine.max_num_seqs": 256,
+        "cache.running_states": 1,
     }
+    # MTP: MambaSpec.num_speculative_blocks = num_speculative_tokens more blocks per group.
+    assert vllm_scheduling(h200, spec_tokens=2)["cache.running_states"] == 3
+    mtp = scenario(f'[cache]\nengine = "vllm"\n{budget}\n[engine]\nspec_tokens = 2').sim_config
+    assert mtp.running_states == 3
     tiers = [(16, 2048), (24, 4096), (48, 4096), (80, 8192), (141, 8192), (192, 16384)]
     for gib, chunk in tiers:
         spec = dataclasses.replace(h200, memory_bytes=gib * GIB)
