@@ -435,6 +435,8 @@ class SglangCacheReplay:
         tree_core: ``"rust"`` (SGLang's default) or ``"python"``; ``None``: SGLang's default.
         strategy: ``"no_buffer"`` or ``"extra_buffer"`` (module docstring, step 6).
         mamba_chunk_size: the model's ``mamba_chunk_size`` (``extra_buffer`` only).
+        rows: request rows of the pools (requests that may hold slots at once; the
+            replay serves one at a time).
     """
 
     def __init__(
@@ -446,6 +448,7 @@ class SglangCacheReplay:
         tree_core: str | None = None,
         strategy: str = "no_buffer",
         mamba_chunk_size: int = NEMOTRON_H_MAMBA_CHUNK_SIZE,
+        rows: int = 1,
     ) -> None:
         publish_server_args(chunk_size, strategy, mamba_chunk_size)
         import torch
@@ -477,7 +480,7 @@ class SglangCacheReplay:
             conv_kernel=2,
         )
         self.req_to_token_pool = HybridReqToTokenPool(
-            size=1,
+            size=rows,
             mamba_size=plan.max_mamba_cache_size,
             mamba_spec_state_size=1,
             max_context_len=max_context_len,

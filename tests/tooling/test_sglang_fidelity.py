@@ -26,6 +26,7 @@ venv: ``.venv-sglang/bin/python -m pytest tests/tooling/test_sglang_fidelity.py`
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from typing import Any
 
 import pytest
@@ -371,3 +372,55 @@ def test_both_strategies_hold_on_a_model_with_a_256_token_grid() -> None:
             for i in comparison.differing()
         ]
         assert found == expected, strategy
+
+
+@pytest.mark.parametrize(
+    ("strategy", "preset"),
+    [("no_buffer", "sglang-no-buffer"), ("extra_buffer", "sglang-extra-buffer")],
+)
+def test_each_admitted_request_takes_the_presets_running_states(
+    model: sglang_replay.HybridModel, strategy: str, preset: str
+) -> None:
+    """SEMANTICS H9 against SGLang's own admission (``alloc_req_slots``):
+    ``ensure_mamba_capacity`` counts one Mamba slot for each new request, plus
+    ``mamba_initial_tracking_slots`` (2) with ``extra_buffer``, evicts that many cached
+    states from the tree when the pool is short, and ``HybridReqToTokenPool.alloc`` takes
+    them. Worked case: an 8-slot pool that earlier requests filled with cached states; two
+    requests admitted together take 2 (``no_buffer``) or 6 slots, evicting what the free
+    ones do not cover. The preset's ``running_states`` is that count per request."""
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.mem_cache.allocation import alloc_req_slots
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    plan = dataclasses.replace(sglang_replay.plan_pools(model, 2 * GIB), max_mamba_cache_size=8)
+    engine = sglang_replay.SglangCacheReplay(
+        model, plan, 128, 1024, strategy=strategy, mamba_chunk_size=128, rows=2
+    )
+    tree, pool = engine.tree_cache, engine.req_to_token_pool
+    allocator = pool.mamba_allocator
+    # Earlier traffic: four 300-token prompts in 128-token chunks, served alone, leave
+    # states cached (no_buffer: 128, 256, 300, 302; extra_buffer: the grid points 128, 256).
+    for n in range(4):
+        prompt = [1000 * (n + 1) + i for i in range(300)]
+        engine.serve(ReplayRequest(f"early/{n}", prompt, [7, 8, 9]))
+    cached = int(tree.mamba_evictable_size())
+    free = int(allocator.available_size())
+    assert cached + free == 8 and cached > 0
+
+    def request(n: int) -> Any:
+        sampling = SamplingParams(temperature=0, max_new_tokens=2)
+        sampling.normalize(None)
+        prompt = array("q", range(90_000 + 100 * n, 90_040 + 100 * n))  # nothing cached
+        req = Req(
+            rid=f"new/{n}", origin_input_text="", origin_input_ids=prompt, sampling_params=sampling
+        )
+        req.init_next_round_input(tree)
+        return req
+
+    per_request = 1 if strategy == "no_buffer" else 3
+    alloc_req_slots(pool, [request(0), request(1)], tree)
+    taken = 2 * per_request
+    assert int(allocator.available_size()) == max(0, free - taken)
+    assert int(tree.mamba_evictable_size()) == cached - max(0, taken - free)
+    scenario = fidelity_common.engine_presets_scenario(2 * GIB, SEED, 20, engine=preset)
+    assert scenario.sim_config.running_states == per_request
