@@ -92,3 +92,36 @@ def test_hits_are_equal_request_by_request_under_pressure(
     assert c.differing() == [], [(c.request_ids[i], c.hyckpt[i], c.vllm[i]) for i in c.differing()]
     assert c.hyckpt_rate == c.vllm_rate == c.hyckpt_totals_rate
     assert c.vllm_rate < at_3_gib.vllm_rate  # 2 GiB is under pressure: it evicts hits
+
+
+def test_a_running_request_holds_one_state_block_per_mamba_group() -> None:
+    """SEMANTICS H9 against vLLM's own allocation: a fresh request whose prompt fits one
+    block (no block boundary inside it, so no state to keep) takes one KV block and, in
+    align mode, one block in each of the 6 Mamba groups for its own running state
+    (``MambaManager.get_num_blocks_to_allocate``): 7 blocks of the shared pool. The
+    preset's ``running_states = 1`` is one checkpoint's pages, the same 6."""
+    from engines.replay_common import ReplayRequest
+
+    model = vllm_replay.HybridModel.from_hyckpt(get_model("nemotron-h-8b"), ssm_state_dtype=None)
+    engine = vllm_replay.VllmCacheReplay(model, 2 * GIB)
+    block = engine.plan.block_size
+    request = engine._make_request(ReplayRequest("r", list(range(1, block)), [1, 2]))
+    manager = engine.manager
+    manager.new_step_starts()
+    computed, hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
+    assert hit == 0
+    free = engine.free_blocks()
+    allocated = manager.allocate_slots(
+        request,
+        block - 1,
+        num_new_computed_tokens=0,
+        new_computed_blocks=computed,
+        num_lookahead_tokens=0,
+        num_external_computed_tokens=0,
+        full_sequence_must_fit=engine.scheduler_reserve_full_isl,
+        has_scheduled_reqs=False,
+    )
+    assert allocated is not None
+    assert free - engine.free_blocks() == 1 + 6
+    config = fidelity.build_scenario("vllm", 2 * GIB, 1, 20).sim_config
+    assert config.running_states * config.unified_slot_pages() == 6
