@@ -48,10 +48,18 @@ class RecordingPool:
         calls = self.calls
 
         def recorded(*args: Any) -> Any:
-            calls.append((name, tuple(a if isinstance(a, int) else list(a) for a in args)))
+            calls.append((name, tuple(_frozen(a) for a in args)))
             return value(*args)
 
         return recorded
+
+
+def _frozen(argument: Any) -> Any:
+    """A call's argument as recorded: a block count, a digest or ``None`` as is, a
+    sequence of blocks or digests copied (the caller may change it later)."""
+    if argument is None or isinstance(argument, int | bytes):
+        return argument
+    return list(argument)
 
 
 def recorded_pool_calls(

@@ -130,7 +130,8 @@ class Completion(CopyStream):
         full = cached // self._block
         if full > seq.registered:
             start = seq.registered
-            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full])
+            parent = seq.digests[start - 1] if start else None
+            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full], parent)
             seq.registered = full
 
     def _finish(self, seq: Seq) -> None:
@@ -181,7 +182,8 @@ class Completion(CopyStream):
         if full > seq.registered:
             digests = block_digests(hashed, full, self._units_per_block)
             start = seq.registered
-            self.pool.register_many(seq.blocks[start:full], digests[start:full])
+            parent = digests[start - 1] if start else None
+            self.pool.register_many(seq.blocks[start:full], digests[start:full], parent)
             past_prompt = max(seq.registered, seq.prompt_len // block)
             metrics.generated_blocks_registered += max(0, full - past_prompt)
             seq.registered = full

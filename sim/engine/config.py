@@ -273,6 +273,11 @@ class SimConfig:
             registered as another copy, so the prefix stays cached as long as its most
             recently used copy (vLLM's ``BlockHashToBlockMap`` keeps every copy);
             ``False``: the copy stays private and is reused first.
+        drop_leaf_kv: split memory: when a checkpoint that no cached KV continues is
+            evicted, its free cached KV blocks go too, back to the nearest block another
+            cached sequence continues, a sequence holds, or a cached checkpoint on its
+            prefix needs (SGLang's radix tree deletes a leaf node with its state;
+            docs/SEMANTICS.md H10); ``False``: KV blocks and checkpoints are evicted apart.
         running_states: recurrent states each running request holds in the checkpoint
             budget while it runs (its live state and any tracking buffers), taken at
             admission, evicting cached checkpoints as needed, and given back when it
@@ -361,6 +366,7 @@ class SimConfig:
     kv_up_to_checkpoint: bool = False
     capture_all: bool = False
     keep_block_copies: bool = False
+    drop_leaf_kv: bool = False
     running_states: int = 0
     workload_hints: bool = True
     checkpoint_share: float | None = None
@@ -473,6 +479,7 @@ class SimConfig:
             "kv_up_to_checkpoint",
             "capture_all",
             "keep_block_copies",
+            "drop_leaf_kv",
             "workload_hints",
         ):
             if not isinstance(getattr(self, flag), bool):
@@ -530,6 +537,12 @@ class SimConfig:
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
         if self.running_states:
             self._check_running_states()
+        if self.drop_leaf_kv and (self.memory != "split" or self.keep_block_copies):
+            raise InvalidConfigError(
+                "SimConfig.drop_leaf_kv follows SGLang's radix tree, which holds one copy "
+                "of a prefix in a pool of its own: it needs memory='split' and "
+                "keep_block_copies=False"
+            )
         self._check_fits()
 
     def _check_running_states(self) -> None:

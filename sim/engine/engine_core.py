@@ -31,6 +31,7 @@ from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
+from sim.engine.leaf_kv import LeafKVPool
 from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
@@ -101,6 +102,8 @@ class EngineCore:
             )
             self._ledger = self._shared_pool.ledger
             self.pool: KVPool = self._shared_pool
+        elif config.drop_leaf_kv:
+            self.pool = LeafKVPool(config.kv_capacity(), config.block_size)
         else:
             self.pool = KVPool(
                 config.kv_capacity(), config.block_size, keep_copies=config.keep_block_copies
@@ -139,6 +142,11 @@ class EngineCore:
         # only then, each reserved slot's prompt and position.
         policy = getattr(inner, "eviction", None)
         self._leaf_kv_policy = policy if getattr(policy, "free_leaf_kv", False) else None
+        self._drop_leaf_kv = config.drop_leaf_kv
+        # drop_leaf_kv: SGLang's node boundaries on each prefix: every position a
+        # checkpoint was reserved at (tokens -> digests of the prefixes), until its node is
+        # dropped as a leaf. An evicted inner checkpoint leaves its boundary (a tombstone).
+        self._insert_points: dict[int, set[bytes]] = {}
         self._slot_prompt: dict[int, tuple[HashedPrompt, int]] = {}
         self._checkpoint_bytes = 0
         self._source_next_s = math.inf  # the workload's next arrival time
@@ -316,8 +324,14 @@ class EngineCore:
                 metrics.captures_no_slot += 1
                 return None
         metrics.captures_reserved += 1
-        if self._leaf_kv_policy is not None:
+        if self._drop_leaf_kv:
+            evicted = self._slot_prompt.get(slot)
+            if evicted is not None:  # the index evicted the slot's entry to reuse it
+                self._drop_leaf_kv_of(slot, *evicted)
+        if self._leaf_kv_policy is not None or self._drop_leaf_kv:
             self._slot_prompt[slot] = (hashed, position)
+        if self._drop_leaf_kv:
+            self._insert_points.setdefault(position, set()).add(hashed.digest(position))
         self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
         self._slot_bytes[slot] = size
         return outcome
@@ -355,8 +369,38 @@ class EngineCore:
             slot = index.evict_one("capacity")
             if slot is None:
                 return False
+            if self._drop_leaf_kv:
+                self._drop_leaf_kv_of(slot, *self._slot_prompt[slot])
             self._release_bytes(slot)
         return True
+
+    def _drop_leaf_kv_of(self, slot: int, hashed: HashedPrompt, position: int) -> None:
+        """``drop_leaf_kv`` (SEMANTICS H10): the checkpoint at ``position`` of ``hashed``
+        in ``slot`` was evicted. Unless another cached checkpoint continues its prefix
+        (it was not a leaf), evict its free cached KV blocks back to its node's start:
+        the deepest earlier checkpoint position on its prefix (a node boundary, even if
+        that checkpoint was evicted since), or a block another cached sequence continues
+        or a sequence holds (:meth:`LeafKVPool.drop_path`)."""
+        digest = hashed.digest(position)
+        for other_slot, (other, tokens) in self._slot_prompt.items():
+            if other_slot != slot and tokens > position and other.digest(position) == digest:
+                return  # a deeper checkpoint continues it: not a leaf
+        points = self._insert_points
+        here = points.get(position)
+        if here is not None:
+            here.discard(digest)  # its node goes
+            if not here:
+                del points[position]
+        keep = 0
+        for tokens in sorted((t for t in points if t < position), reverse=True):
+            if hashed.digest(tokens) in points[tokens]:
+                keep = tokens
+                break
+        block = self._block
+        digests = block_digests(hashed, position // block, self._units_per_block)
+        pool = self.pool
+        assert isinstance(pool, LeafKVPool)
+        pool.drop_path(digests, -(-keep // block))
 
     def _evict_checkpoint_for_memory(self) -> bool:
         """Unified memory: evict the index policy's victim to give its pages back."""

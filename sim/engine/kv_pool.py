@@ -230,10 +230,13 @@ class KVPool:
         self._digest[block] = digest
         return True
 
-    def register_many(self, blocks: Iterable[int], digests: Iterable[bytes]) -> int:
+    def register_many(
+        self, blocks: Iterable[int], digests: Iterable[bytes], parent: bytes | None = None
+    ) -> int:
         """:meth:`register` each block of ``blocks`` under the digest at the same place in
         ``digests``, in order (as many pairs as the shorter has), in one loop; returns how
-        many were registered.
+        many were registered. ``parent`` (the sequence's digest before the first) is for
+        pools that track the prefix tree (:class:`~sim.engine.leaf_kv.LeafKVPool`).
 
         Raises:
             SlotStateError: a block is not held by anyone (the pairs before it are

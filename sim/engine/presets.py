@@ -89,6 +89,8 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.running_states": 1,
         # Prefill and decode run in separate batches: a chunk is chunked_prefill_size.
         "cache.decodes_share_budget": False,
+        # One radix tree: evicting a leaf's state deletes the leaf with its KV.
+        "cache.drop_leaf_kv": True,
     }
 
 

@@ -579,6 +579,7 @@ def _assemble(
             capture_all=cache["capture_all"],
             keep_block_copies=cache["keep_block_copies"],
             running_states=cache["running_states"],
+            drop_leaf_kv=cache["drop_leaf_kv"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
             checkpoint_share_rule=cache["checkpoint_share_rule"],

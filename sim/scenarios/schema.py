@@ -406,6 +406,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "a KV block computed again under a cached digest is cached as another copy "
             "(vLLM); false: it stays private",
         ),
+        "drop_leaf_kv": Key(
+            boolean,
+            False,
+            "split memory: an evicted checkpoint that no cached KV continues takes its free "
+            "cached KV blocks with it, back to the nearest block still needed (SGLang's "
+            "radix tree deletes a leaf with its state)",
+        ),
         "running_states": Key(
             integer(0, MAX_RUNNING_STATES),
             0,

@@ -1,0 +1,120 @@
+"""A KV pool that knows its cached blocks' prefix tree, to drop a leaf's KV with its state.
+
+SGLang keeps KV and recurrent states in one radix tree (``UnifiedRadixCache``). Evicting
+the state of a *leaf* node (no cached tokens continue it) deletes the node with its KV,
+and a parent left as a leaf without a state goes too (``_cascade_evict``,
+``srt/mem_cache/unified_cache/components/mamba.py`` ``_evict_device_next_node``): the
+KV between the evicted state and the nearest node still needed — one with a state, or a
+branch point where another cached sequence continues — is freed with it. hyckpt's split
+pools keep KV blocks and checkpoints apart, so without this the blocks stay cached and
+a later lookup's full-KV match (and the branching point SGLang's ``extra_buffer`` tracks
+from it) runs further than SGLang's (docs/SEMANTICS.md H10).
+
+:class:`LeafKVPool` is :class:`~sim.engine.kv_pool.KVPool` plus, for every registered
+digest, the digest it continues (the previous block of the sequence that registered it)
+and how many registered digests continue it (its children). :meth:`LeafKVPool.drop_path`
+evicts a sequence's free cached blocks from the end back to the first block that another
+registered block continues, that some sequence holds, or that a checkpoint still needs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from reference.errors import SlotStateError
+from sim.engine.kv_pool import KVPool
+
+
+class LeafKVPool(KVPool):
+    """A :class:`KVPool` that tracks each registered digest's parent and children.
+
+    Args:
+        num_blocks: blocks in the pool.
+        block_size: tokens per block.
+
+    ``keep_copies`` is not supported (SGLang's tree holds one copy of a prefix).
+    """
+
+    __slots__ = ("_children", "_parent")
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size, keep_copies=False)
+        self._parent: dict[bytes, bytes | None] = {}
+        self._children: Counter[bytes] = Counter()
+
+    def children(self, digest: bytes) -> int:
+        """Registered digests that continue ``digest`` (its children in the block tree)."""
+        return self._children[digest]
+
+    def register_many(
+        self, blocks: Iterable[int], digests: Iterable[bytes], parent: bytes | None = None
+    ) -> int:
+        """:meth:`KVPool.register` each pair in order, recording the chain: the first
+        digest continues ``parent`` (the sequence's digest before it; ``None`` at its
+        start), each later one the digest before it."""
+        registered = 0
+        previous = parent
+        for block, digest in zip(blocks, digests, strict=False):
+            if self.register(block, digest):
+                registered += 1
+                self._parent[digest] = previous
+                if previous is not None:
+                    self._children[previous] += 1
+            previous = digest
+        return registered
+
+    def _unregister(self, block: int) -> None:
+        digest = self._digest[block]
+        super()._unregister(block)
+        assert digest is not None
+        parent = self._parent.pop(digest, None)
+        if parent is not None:
+            self._children[parent] -= 1
+            if not self._children[parent]:
+                del self._children[parent]
+
+    def drop_path(self, digests: Sequence[bytes], keep: int) -> int:
+        """Evict the free cached blocks of ``digests`` (a sequence's block digests, in
+        order) from the last back to block ``keep``, stopping at the first one that
+        another registered block continues or that a sequence holds; blocks before
+        ``keep`` are kept (a checkpoint needs them). Counted in ``evictions["leaf"]``;
+        returns how many were evicted.
+
+        Raises:
+            SlotStateError: ``keep`` is negative.
+        """
+        if keep < 0:
+            raise SlotStateError(f"LeafKVPool.drop_path: keep must be >= 0, got {keep}")
+        by_digest, cached, ref = self._by_digest, self._cached_free, self._ref
+        dropped = 0
+        for index in range(len(digests) - 1, keep - 1, -1):
+            digest = digests[index]
+            if self._children[digest]:
+                break  # another cached sequence continues this block
+            block = by_digest.get(digest)
+            if block is None:
+                continue  # not cached (evicted earlier): nothing to free here
+            if ref[block]:
+                break  # a running sequence holds it
+            del cached[block]
+            self._unregister(block)
+            self._unregistered_free.append(block)
+            dropped += 1
+        if dropped:
+            self.evictions["leaf"] += dropped
+        return dropped
+
+    def check(self) -> list[str]:
+        problems = super().check()
+        counted: Counter[bytes] = Counter()
+        for digest, parent in self._parent.items():
+            if digest not in self._by_digest:
+                problems.append("a parent is recorded for a digest that is not registered")
+            if parent is not None:
+                counted[parent] += 1
+        if counted != self._children:
+            problems.append("children counts disagree with the recorded parents")
+        if set(self._parent) != set(self._by_digest):
+            problems.append("a registered digest has no recorded parent")
+        return problems

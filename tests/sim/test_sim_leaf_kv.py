@@ -1,0 +1,152 @@
+"""A leaf's KV goes with its state (``drop_leaf_kv``, docs/SEMANTICS.md H10).
+
+SGLang keeps KV and recurrent states in one radix tree: evicting a leaf's state deletes
+the leaf with its KV, back to the nearest node still needed (one with a state, or a
+branch point). :class:`~sim.engine.leaf_kv.LeafKVPool` tracks the prefix tree of cached
+blocks; the engine calls :meth:`~sim.engine.leaf_kv.LeafKVPool.drop_path` when an
+evicted checkpoint was a leaf. The cases are worked out by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference.errors import InvalidConfigError, SlotStateError
+from sim.engine import SimConfig
+from sim.engine.hits import block_digests
+from sim.engine.leaf_kv import LeafKVPool
+from sim.workloads.prompt import Prompt
+from sim.workloads.request import Request
+from tests.sim.test_sim_running_states import TWO_SLOTS, replay
+
+
+def chain(name: str, length: int, start: int = 0) -> list[bytes]:
+    return [f"{name}{i}".encode() for i in range(start, start + length)]
+
+
+def test_children_count_the_blocks_that_continue_a_digest() -> None:
+    pool = LeafKVPool(8, 16)
+    a = chain("a", 3)
+    held = pool.allocate(3)
+    assert held is not None
+    pool.register_many(held, a)
+    # b shares a0, a1 and continues with its own third block.
+    other = pool.allocate(1)
+    assert other is not None
+    pool.register_many(other, [b"b2"], parent=a[1])
+    assert (pool.children(a[0]), pool.children(a[1]), pool.children(a[2])) == (1, 2, 0)
+    assert pool.check() == []
+
+
+def test_drop_path_stops_at_a_branch_a_held_block_and_keep() -> None:
+    pool = LeafKVPool(8, 16)
+    a = chain("a", 3)
+    blocks = pool.allocate(3)
+    assert blocks is not None
+    pool.register_many(blocks, a)
+    branch = pool.allocate(1)
+    assert branch is not None
+    pool.register_many(branch, [b"b2"], parent=a[1])
+    pool.release(blocks)
+    # a2 goes; a1 is continued by b2: stop.
+    assert pool.drop_path(a, keep=0) == 1
+    assert pool.match(a) == 2 and pool.evictions["leaf"] == 1
+    # b2 is held: nothing goes.
+    assert pool.drop_path([a[0], a[1], b"b2"], keep=0) == 0
+    pool.release(branch)
+    # Now b2, then a1 (no child left); keep=1 keeps a0.
+    assert pool.drop_path([a[0], a[1], b"b2"], keep=1) == 2
+    assert pool.match(a) == 1 and pool.check() == []
+    with pytest.raises(SlotStateError, match="keep must be >= 0"):
+        pool.drop_path(a, keep=-1)
+
+
+def test_lru_reuse_of_a_cached_block_updates_the_tree() -> None:
+    pool = LeafKVPool(3, 16)
+    a = chain("a", 3)
+    blocks = pool.allocate(3)
+    assert blocks is not None
+    pool.register_many(blocks, a)
+    pool.release(blocks)  # tail first: a2 is the least recently used
+    taken = pool.allocate(1)
+    assert taken is not None and pool.evictions["lru"] == 1
+    assert pool.children(a[1]) == 0 and pool.check() == []
+
+
+#: One pool operation: what, on which of three sequences, how many blocks.
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["grow", "release", "drop"]),
+        st.integers(0, 2),
+        st.integers(1, 4),
+    ),
+    max_size=40,
+)
+
+
+@given(ops=OPERATIONS)
+def test_the_tree_stays_consistent_under_any_operations(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    # Three sequences sharing a root block: their chains diverge after it.
+    pool = LeafKVPool(10, 16)
+    chains = [[b"root", *chain(f"s{n}-", 6)] for n in range(3)]
+    held: dict[int, list[int]] = {}
+    for op, seq, count in ops:
+        digests = chains[seq]
+        if op == "grow" and seq not in held:
+            shared = pool.match(digests)
+            fresh = min(count, len(digests) - shared)
+            blocks = pool.admit(digests[:shared], fresh)
+            if blocks is None:
+                continue
+            held[seq] = blocks
+            pool.register_many(
+                blocks[shared:],
+                digests[shared : len(blocks)],
+                (digests[shared - 1] if shared else None),
+            )
+        elif op == "release" and seq in held:
+            pool.release(held.pop(seq))
+        elif op == "drop":
+            pool.drop_path(digests[: 1 + count], keep=0)
+        assert pool.check() == []
+
+
+def test_a_leaf_state_takes_its_kv_and_an_inner_one_leaves_it() -> None:
+    # Two slots, B = 16, a state at each prompt's end (one chunk each), replay.
+    # a (64 tokens): state 64, blocks 0-3. c (a + 32): hits 64, state 96, blocks 4-5
+    # continue block 3. d (64 other tokens): evicts a's state (least recently used),
+    # which c's continues: an inner node, no KV goes, but its position stays a node
+    # boundary (SGLang keeps the node, a tombstone). e (64 more others): evicts c's, a
+    # leaf: its node's KV goes back to that boundary, blocks 4-5 ("leaf"); 0-3 stay.
+    config = dataclasses.replace(TWO_SLOTS, token_budget=128, drop_leaf_kv=True)
+    a = Prompt([(1, 64)])
+    c = a.extend([(5, 32)])
+    requests = [
+        Request("a/0", 0.0, "a", 0, a, 1, (0,), "x"),
+        Request("a/1", 1.0, "a", 1, c, 1, (0, 64), "x"),
+        Request("d/0", 2.0, "d", 0, Prompt([(2, 64)]), 1, (0,), "x"),
+        Request("e/0", 3.0, "e", 0, Prompt([(3, 64)]), 1, (0,), "x"),
+    ]
+    engine = replay(config, requests)
+    assert engine.metrics.hit_tokens == 64
+    pool = engine.pool
+    assert isinstance(pool, LeafKVPool)
+    units = config.block_size // config.unit
+    c_digests = block_digests(c.hashed(engine._namespace, config.unit), 6, units)
+    assert pool.match(c_digests) == 4 and pool.evictions["leaf"] == 2
+    # Without the rule the blocks stay cached.
+    apart = replay(dataclasses.replace(config, drop_leaf_kv=False), requests)
+    assert apart.pool.match(c_digests) == 6 and "leaf" not in apart.pool.evictions
+
+
+def test_drop_leaf_kv_needs_split_memory_without_copies() -> None:
+    with pytest.raises(InvalidConfigError, match="drop_leaf_kv"):
+        dataclasses.replace(TWO_SLOTS, drop_leaf_kv=True, keep_block_copies=True)
+    with pytest.raises(InvalidConfigError, match="drop_leaf_kv"):
+        SimConfig(memory="unified", cache_budget_bytes=8 << 30, drop_leaf_kv=True)
