@@ -28,29 +28,27 @@ def chain(name: str, length: int, start: int = 0) -> list[bytes]:
     return [f"{name}{i}".encode() for i in range(start, start + length)]
 
 
-def test_children_count_the_blocks_that_continue_a_digest() -> None:
+def branched_pool() -> tuple[LeafKVPool, list[bytes], list[int], list[int]]:
+    """A pool holding a0 a1 a2 and a branch b2 that continues a1: the pool, a's digests,
+    a's blocks and b2's block (all held)."""
     pool = LeafKVPool(8, 16)
     a = chain("a", 3)
-    held = pool.allocate(3)
-    assert held is not None
-    pool.register_many(held, a)
-    # b shares a0, a1 and continues with its own third block.
-    other = pool.allocate(1)
-    assert other is not None
-    pool.register_many(other, [b"b2"], parent=a[1])
+    blocks = pool.allocate(3)
+    branch = pool.allocate(1)
+    assert blocks is not None and branch is not None
+    pool.register_many(blocks, a)
+    pool.register_many(branch, [b"b2"], parent=a[1])
+    return pool, a, blocks, branch
+
+
+def test_children_count_the_blocks_that_continue_a_digest() -> None:
+    pool, a, _, _ = branched_pool()
     assert (pool.children(a[0]), pool.children(a[1]), pool.children(a[2])) == (1, 2, 0)
     assert pool.check() == []
 
 
 def test_drop_path_stops_at_a_branch_a_held_block_and_keep() -> None:
-    pool = LeafKVPool(8, 16)
-    a = chain("a", 3)
-    blocks = pool.allocate(3)
-    assert blocks is not None
-    pool.register_many(blocks, a)
-    branch = pool.allocate(1)
-    assert branch is not None
-    pool.register_many(branch, [b"b2"], parent=a[1])
+    pool, a, blocks, branch = branched_pool()
     pool.release(blocks)
     # a2 goes; a1 is continued by b2: stop.
     assert pool.drop_path(a, keep=0) == 1
