@@ -143,10 +143,6 @@ class EngineCore:
         policy = getattr(inner, "eviction", None)
         self._leaf_kv_policy = policy if getattr(policy, "free_leaf_kv", False) else None
         self._drop_leaf_kv = config.drop_leaf_kv
-        # drop_leaf_kv: SGLang's node boundaries on each prefix: every position a
-        # checkpoint was reserved at (tokens -> digests of the prefixes), until its node is
-        # dropped as a leaf. An evicted inner checkpoint leaves its boundary (a tombstone).
-        self._insert_points: dict[int, set[bytes]] = {}
         self._slot_prompt: dict[int, tuple[HashedPrompt, int]] = {}
         self._checkpoint_bytes = 0
         self._source_next_s = math.inf  # the workload's next arrival time
@@ -331,7 +327,12 @@ class EngineCore:
         if self._leaf_kv_policy is not None or self._drop_leaf_kv:
             self._slot_prompt[slot] = (hashed, position)
         if self._drop_leaf_kv:
-            self._insert_points.setdefault(position, set()).add(hashed.digest(position))
+            # Every reserved position is a node boundary (SGLang splits its tree there),
+            # kept when an inner checkpoint is evicted (a tombstone).
+            pool = self.pool
+            assert isinstance(pool, LeafKVPool)
+            home = self._home_block(hashed, position)
+            pool.add_boundary(home, hashed.digest(position), position)
         self._checkpoint_bytes += size - self._slot_bytes.get(slot, 0)
         self._slot_bytes[slot] = size
         return outcome
@@ -385,22 +386,19 @@ class EngineCore:
         for other_slot, (other, tokens) in self._slot_prompt.items():
             if other_slot != slot and tokens > position and other.digest(position) == digest:
                 return  # a deeper checkpoint continues it: not a leaf
-        points = self._insert_points
-        here = points.get(position)
-        if here is not None:
-            here.discard(digest)  # its node goes
-            if not here:
-                del points[position]
-        keep = 0
-        for tokens in sorted((t for t in points if t < position), reverse=True):
-            if hashed.digest(tokens) in points[tokens]:
-                keep = tokens
-                break
-        block = self._block
-        digests = block_digests(hashed, position // block, self._units_per_block)
         pool = self.pool
         assert isinstance(pool, LeafKVPool)
+        pool.remove_boundary(self._home_block(hashed, position), digest)  # its node goes
+        block = self._block
+        digests = block_digests(hashed, position // block, self._units_per_block)
+        keep = pool.deepest_boundary(digests, position, hashed.digest)
         pool.drop_path(digests, -(-keep // block))
+
+    def _home_block(self, hashed: HashedPrompt, position: int) -> bytes:
+        """The digest of the last full KV block before ``position`` of ``hashed``
+        (``b""`` inside the first block): where ``drop_leaf_kv`` files its boundary."""
+        full = position // self._block
+        return hashed.unit_digest(full * self._units_per_block) if full else b""
 
     def _evict_checkpoint_for_memory(self) -> bool:
         """Unified memory: evict the index policy's victim to give its pages back."""

@@ -15,12 +15,17 @@ digest, the digest it continues (the previous block of the sequence that registe
 and how many registered digests continue it (its children). :meth:`LeafKVPool.drop_path`
 evicts a sequence's free cached blocks from the end back to the first block that another
 registered block continues, that some sequence holds, or that a checkpoint still needs.
+It also keeps SGLang's node boundaries: the positions checkpoints were reserved at, each
+filed under its *home block* (the last full block before it; ``b""`` for a position
+inside the first block), so that a boundary whose home block leaves the cache goes with
+it and the deepest boundary on a prefix is found by walking its blocks
+(:meth:`LeafKVPool.deepest_boundary`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from reference.errors import SlotStateError
 from sim.engine.kv_pool import KVPool
@@ -36,12 +41,46 @@ class LeafKVPool(KVPool):
     ``keep_copies`` is not supported (SGLang's tree holds one copy of a prefix).
     """
 
-    __slots__ = ("_children", "_parent")
+    __slots__ = ("_boundaries", "_children", "_parent")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size, keep_copies=False)
         self._parent: dict[bytes, bytes | None] = {}
         self._children: Counter[bytes] = Counter()
+        # home block digest -> {digest of the prefix up to the boundary: its tokens}
+        self._boundaries: dict[bytes, dict[bytes, int]] = {}
+
+    def add_boundary(self, home: bytes, prefix: bytes, tokens: int) -> None:
+        """Record a node boundary at ``tokens`` (the prefix digest ``prefix``) under its
+        home block ``home``."""
+        self._boundaries.setdefault(home, {})[prefix] = tokens
+
+    def remove_boundary(self, home: bytes, prefix: bytes) -> None:
+        """Forget the boundary ``prefix`` under ``home`` (its node was deleted)."""
+        points = self._boundaries.get(home)
+        if points is not None:
+            points.pop(prefix, None)
+            if not points:
+                del self._boundaries[home]
+
+    def deepest_boundary(
+        self, digests: Sequence[bytes], below: int, prefix_digest: Callable[[int], bytes]
+    ) -> int:
+        """Tokens of the deepest boundary before ``below`` on the prefix whose block
+        digests are ``digests`` (``prefix_digest(t)``: that prefix's digest at ``t``
+        tokens), or 0: walks the blocks from the last one down."""
+        for home in (*reversed(digests), b""):
+            points = self._boundaries.get(home)
+            if not points:
+                continue
+            found = [
+                tokens
+                for prefix, tokens in points.items()
+                if tokens < below and prefix_digest(tokens) == prefix
+            ]
+            if found:
+                return max(found)
+        return 0
 
     def children(self, digest: bytes) -> int:
         """Registered digests that continue ``digest`` (its children in the block tree)."""
@@ -68,6 +107,8 @@ class LeafKVPool(KVPool):
         digest = self._digest[block]
         super()._unregister(block)
         assert digest is not None
+        if digest not in self._by_digest:  # its last copy: the node's KV is gone
+            self._boundaries.pop(digest, None)
         parent = self._parent.pop(digest, None)
         if parent is not None:
             self._children[parent] -= 1
