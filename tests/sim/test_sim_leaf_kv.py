@@ -148,3 +148,38 @@ def test_drop_leaf_kv_needs_split_memory_without_copies() -> None:
         dataclasses.replace(TWO_SLOTS, drop_leaf_kv=True, keep_block_copies=True)
     with pytest.raises(InvalidConfigError, match="drop_leaf_kv"):
         SimConfig(memory="unified", cache_budget_bytes=8 << 30, drop_leaf_kv=True)
+
+
+def test_the_least_recently_used_leaf_goes_first_never_a_block_it_continues() -> None:
+    # a0 a1 a2 released long ago, then b (its own chain) released after: LRU order a2,
+    # a1, a0, b1, b0 (each sequence tail first). Three blocks to allocate: a2 (a leaf),
+    # then a1 (a leaf once a2 went), then a0. Now c continues a1 with c2, held, then
+    # released: a1 is the oldest block but c2 continues it, so a leaf goes first.
+    pool = LeafKVPool(5, 16)
+    a, b = chain("a", 3), chain("b", 2)
+    held_a = pool.allocate(3)
+    assert held_a is not None
+    pool.register_many(held_a, a)
+    pool.release(held_a)
+    held_b = pool.allocate(2)
+    assert held_b is not None
+    pool.register_many(held_b, b)
+    pool.release(held_b)
+    assert pool.allocate(3) is not None
+    assert pool.match(a) == 0 and pool.match(b) == 2 and pool.check() == []
+    # A request that recomputed a0 a1 itself (its hit stopped short) registers only its
+    # own d2 under a1: a1 and a0 stay where they were in the LRU order, older than d2.
+    # Plain LRU would take a1 and cut the path under d2; a leaf goes first: d2.
+    pool = LeafKVPool(6, 16)
+    held = pool.allocate(2)
+    assert held is not None
+    pool.register_many(held, a[:2])
+    pool.release(held)  # LRU: a1, a0
+    private = pool.allocate(3)
+    assert private is not None
+    assert pool.register_many(private, [a[0], a[1], b"d2"]) == 1  # a0, a1 stay private
+    pool.release(private)  # d2 joins the LRU queue after a1, a0
+    assert pool.allocate(4) is not None  # the 3 unregistered blocks, then a leaf: d2
+    assert pool.match(a) == 2 and pool.block_for(b"d2") is None
+    assert pool.evictions["lru"] == 1
+    assert pool.check() == []
