@@ -182,12 +182,17 @@ class KVPool:
         if take < count:
             cached = self._cached_free
             for _ in range(count - take):
-                block, _ = cached.popitem(last=False)
+                block = self._cached_victim()
+                del cached[block]
                 self._unregister(block)
                 ref[block] = 1
                 blocks.append(block)
             self.evictions["lru"] += count - take
         return blocks
+
+    def _cached_victim(self) -> int:
+        """The cached free block :meth:`allocate` takes next: the least recently used."""
+        return next(iter(self._cached_free))
 
     def _unregister(self, block: int) -> None:
         """``block`` leaves the prefix cache (it is being evicted): its digest stays

@@ -103,36 +103,14 @@ class LeafKVPool(KVPool):
             previous = digest
         return registered
 
-    def allocate(self, count: int) -> list[int] | None:
-        """:meth:`KVPool.allocate`, except that a cached block is taken only when no
-        registered block continues it: the least recently used *leaf* of the block tree
-        goes first, and a block whose continuation is still cached is never taken before
-        it (SGLang evicts the least recently used leaf of its radix tree,
-        ``UnifiedTreeCore``'s evictable leaves; a parent becomes evictable once its last
-        child went). Every free cached block has a free leaf under it (a sequence holds
-        its whole prefix), so the free count is what can be allocated."""
-        if count > self.free_count():
-            return None
-        unregistered = self._unregistered_free
-        take = min(count, len(unregistered))
-        blocks = unregistered[len(unregistered) - take :][::-1]
-        del unregistered[len(unregistered) - take :]
-        ref = self._ref
-        for block in blocks:
-            ref[block] = 1
-        if take < count:
-            cached = self._cached_free
-            for _ in range(count - take):
-                victim = self._least_recent_leaf()
-                del cached[victim]
-                self._unregister(victim)
-                ref[victim] = 1
-                blocks.append(victim)
-            self.evictions["lru"] += count - take
-        return blocks
-
-    def _least_recent_leaf(self) -> int:
-        """The first free cached block, in LRU order, that no registered block continues."""
+    def _cached_victim(self) -> int:
+        """The first free cached block, in LRU order, that no registered block continues:
+        :meth:`KVPool.allocate` takes the least recently used *leaf* of the block tree,
+        never a block whose continuation is still cached (SGLang evicts the least
+        recently used leaf of its radix tree, ``UnifiedTreeCore``'s evictable leaves; a
+        parent becomes evictable once its last child went). Every free cached block has a
+        free leaf under it (a sequence holds its whole prefix), so the free count is what
+        can be allocated."""
         children, digest_of = self._children, self._digest
         for block in self._cached_free:
             digest = digest_of[block]
