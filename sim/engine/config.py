@@ -743,7 +743,7 @@ class SimConfig:
     def shared_budget_kv_pages(self) -> int:
         """Split memory with ``checkpoint_share``: KV pages of the rest of the budget."""
         assert self.checkpoint_share is not None
-        if self.checkpoint_share_rule in ("sglang", "sglang-extra-buffer"):
+        if self.checkpoint_share_rule in SGLANG_STATES_PER_RUNNING_REQUEST:
             used = (self._sglang_states() + 1) * self.costs().recurrent_bytes
             rest = max(0, self.unified_budget_bytes() - used)
             return min(MAX_KV_BLOCKS, rest // self.unified_page_bytes())

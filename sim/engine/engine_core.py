@@ -78,19 +78,26 @@ class EngineCore:
         # what the running requests hold together now (SEMANTICS H9).
         self._states_per_running = config.running_states
         self._running_states_held = 0
-        if self._states_per_running and not callable(getattr(inner, "evict_one", None)):
+        # Unified memory and running states both evict a checkpoint before the index is
+        # full, which only an index with evict_one(reason) can do.
+        needs_evict_one = [
+            why
+            for wanted, why in (
+                (self._unified, "memory='unified' (to give a checkpoint's pages back)"),
+                (
+                    self._states_per_running > 0,
+                    f"running_states={config.running_states} (to make room for a running "
+                    "request's states)",
+                ),
+            )
+            if wanted
+        ]
+        if needs_evict_one and not callable(getattr(inner, "evict_one", None)):
             raise InvalidConfigError(
-                f"running_states={config.running_states} needs an index with "
-                f"evict_one(reason) (the reference index has it), to make room for a running "
-                f"request's states; {implementation.name!r}'s index has none"
+                f"{' and '.join(needs_evict_one)} needs an index with evict_one(reason), "
+                f"which the reference index has; {implementation.name!r}'s index has none"
             )
         if self._unified:
-            if not callable(getattr(inner, "evict_one", None)):
-                raise InvalidConfigError(
-                    f"memory='unified' needs an index with evict_one(reason) (the reference "
-                    f"index has it), to give a checkpoint's pages back before the index is "
-                    f"full; {implementation.name!r}'s index has none"
-                )
             self._slot_pages = config.unified_slot_pages()
             self._held_slots: set[int] = set()  # slots whose pages are withheld
             self._shared_pool = SharedKVPool(

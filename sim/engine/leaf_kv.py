@@ -2,10 +2,10 @@
 
 SGLang keeps KV and recurrent states in one radix tree (``UnifiedRadixCache``). Evicting
 the state of a *leaf* node (no cached tokens continue it) deletes the node with its KV,
-and a parent left as a leaf without a state goes too (``_cascade_evict``,
-``srt/mem_cache/unified_cache/components/mamba.py`` ``_evict_device_next_node``): the
-KV between the evicted state and the nearest node still needed — one with a state, or a
-branch point where another cached sequence continues — is freed with it. hyckpt's split
+back to the node's start (``srt/mem_cache/unified_cache/components/mamba.py``
+``_evict_device_next_node``): where an earlier state was inserted, or a branch point
+where another cached sequence continues. The state of an inner node goes alone; its node
+(a tombstone) and its KV stay, until KV pressure evicts it as a leaf. hyckpt's split
 pools keep KV blocks and checkpoints apart, so without this the blocks stay cached and
 a later lookup's full-KV match (and the branching point SGLang's ``extra_buffer`` tracks
 from it) runs further than SGLang's (docs/SEMANTICS.md H10).
@@ -123,8 +123,7 @@ class LeafKVPool(KVPool):
         digest = self._digest[block]
         super()._unregister(block)
         assert digest is not None
-        if digest not in self._by_digest:  # its last copy: the node's KV is gone
-            self._boundaries.pop(digest, None)
+        self._boundaries.pop(digest, None)  # the boundaries filed under it go with it
         parent = self._parent.pop(digest, None)
         if parent is not None:
             self._children[parent] -= 1
@@ -164,14 +163,9 @@ class LeafKVPool(KVPool):
 
     def check(self) -> list[str]:
         problems = super().check()
-        counted: Counter[bytes] = Counter()
-        for digest, parent in self._parent.items():
-            if digest not in self._by_digest:
-                problems.append("a parent is recorded for a digest that is not registered")
-            if parent is not None:
-                counted[parent] += 1
+        if set(self._parent) != set(self._by_digest):
+            problems.append("the digests with a recorded parent are not the registered ones")
+        counted = Counter(parent for parent in self._parent.values() if parent is not None)
         if counted != self._children:
             problems.append("children counts disagree with the recorded parents")
-        if set(self._parent) != set(self._by_digest):
-            problems.append("a registered digest has no recorded parent")
         return problems

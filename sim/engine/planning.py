@@ -106,20 +106,19 @@ class Planning(EngineCore):
         end = min(n, p + budget)
         # The pages for the chunk, or the request's running states, may come from
         # evicting checkpoints: not this one.
-        pin_first = hit is not None and (self._unified or self._states_per_running > 0)
-        if pin_first:
-            assert hit is not None
-            self.index.pin(hit.slot)
+        pinned = None
+        if hit is not None and (self._unified or self._states_per_running > 0):
+            pinned = hit.slot
+            self.index.pin(pinned)
             if self._unified:
-                self._ledger.pin(hit.slot)
+                self._ledger.pin(pinned)
         blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
         if blocks is not None and self._states_per_running and not self._take_running_states():
             self.pool.release(blocks)  # nothing evictable holds the states: wait
             blocks = None
         if blocks is None:
-            if pin_first:
-                assert hit is not None
-                self._unpin(hit.slot)
+            if pinned is not None:
+                self._unpin(pinned)
             return 0
         self.waiting.popleft()
         seq.batch_slot = self._free_batch.pop()
@@ -150,7 +149,7 @@ class Planning(EngineCore):
             seq.hit_slot = hit.slot
             if self._unified:  # pinned above
                 self._ledger.touch(hit.slot, self._shared_pool.tick())
-            elif not pin_first:
+            elif pinned is None:
                 self.index.pin(hit.slot)
             plan.restores.append(seq)
         else:

@@ -219,3 +219,33 @@ def test_the_command_line_sets_running_states_and_names_the_option_in_errors(
     assert cli_main([*argv, "--running-states", "8"]) == 2
     error = capsys.readouterr().err
     assert "--running-states" in error and "cannot hold one running request" in error
+
+
+class WithoutEvictOne:
+    """An index that forwards everything to the reference index but has no evict_one."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name == "evict_one":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_an_index_without_evict_one_is_refused_naming_what_needs_it() -> None:
+    reference = SHADOW.implementation
+    plain = dataclasses.replace(
+        reference,
+        name="no-evict-one",
+        make_index=lambda *args, **kwargs: WithoutEvictOne(reference.make_index(*args, **kwargs)),
+    )
+    backend = make_backend("shadow", None)
+    backend.implementation = plain
+    running = dataclasses.replace(TWO_SLOTS, running_states=1)
+    with pytest.raises(InvalidConfigError, match=r"running_states=1 .*'no-evict-one'"):
+        Engine(running, [], backend)
+    unified = SimConfig(memory="unified", block_size=528, cache_budget_bytes=2 << 30)
+    with pytest.raises(InvalidConfigError, match=r"memory='unified' .*evict_one\(reason\)"):
+        Engine(unified, [], backend)
+    Engine(TWO_SLOTS, [], backend)  # neither needs it: accepted
