@@ -10,6 +10,7 @@ evicted checkpoint was a leaf. The cases are worked out by hand.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,8 @@ from reference.errors import InvalidConfigError, SlotStateError
 from sim.engine import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.leaf_kv import LeafKVPool
+from sim.scenarios.loader import build_scenario
+from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
 from tests.sim.test_sim_running_states import TWO_SLOTS, replay
@@ -183,3 +186,14 @@ def test_the_least_recently_used_leaf_goes_first_never_a_block_it_continues() ->
     assert pool.match(a) == 2 and pool.block_for(b"d2") is None
     assert pool.evictions["lru"] == 1
     assert pool.check() == []
+
+
+@pytest.mark.parametrize("key", ["drop_leaf_kv", "decodes_share_budget"])
+def test_a_new_switch_of_the_wrong_type_is_refused_naming_it(key: str) -> None:
+    with pytest.raises(InvalidConfigError, match=f"SimConfig.{key} must be a bool"):
+        dataclasses.replace(TWO_SLOTS, **{key: "yes"})
+    text = (
+        f'[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\n[cache]\n{key} = 1\n'
+    )
+    with pytest.raises(ScenarioError, match=rf"cache\.{key}"):
+        build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)
