@@ -51,6 +51,8 @@ class Completion(CopyStream):
         checker, metrics, backend = self.checker, self.metrics, self.backend
         checker.step = plan.step
         metrics.steps += 1
+        if plan.handovers:  # the states moved this step: their old pages are free again
+            self._end_handovers(plan)
         faults = self.config.faults
         writes = self._step_writes = []
         for seq, chunk in plan.prefills.items():
@@ -58,6 +60,7 @@ class Completion(CopyStream):
             checker.request_id = rid
             seq.ran = True
             reservations = chunk.reservations
+            first = len(writes)
             if reservations:
                 captures = [Capture(r.tokens, r.slot) for r in reservations]
                 written = backend.prefill(
@@ -72,6 +75,13 @@ class Completion(CopyStream):
                         self._abort(reservation)
             else:
                 backend.prefill(rid, seq.batch_slot, chunk.start, chunk.end, seq.blocks, ())
+            if self._release_recency:
+                # vLLM frees the states a request moved past a step later, highest
+                # position first, and the checkpoint the chunk started from with them.
+                writes[first:] = writes[first:][::-1]
+                if chunk.from_checkpoint:
+                    assert seq.hashed is not None
+                    self._step_retouch.append((seq.hashed, chunk.start))
             metrics.recomputed_tokens += chunk.end - chunk.start
             seq.computed = chunk.end
             self._register(seq)
@@ -141,7 +151,7 @@ class Completion(CopyStream):
         if self._states_per_running:
             # Before the answer's state is captured: the engine hands the request's own
             # state over to the cache rather than copying it (SEMANTICS H9).
-            self._give_back_running_states()
+            self._give_back_running_states(seq)
         if self._cache_generated:
             self._cache_answer(seq)
         self.pool.release(seq.blocks)

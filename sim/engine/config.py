@@ -285,6 +285,25 @@ class SimConfig:
             holds its own Mamba slot (1; 3 with ``extra_buffer``'s two ping-pong track
             slots), vLLM's one state block per Mamba group. ``0``: live states are
             outside the cache (the budget left for the cache already excludes them).
+        state_handover: unified memory, with ``running_states``: a decode step that
+            takes a running request's state into a new block (its length crosses a
+            multiple of ``block_size``) holds one more state's pages for that step, freed
+            when the step completes: vLLM's align mode writes the state into a new block
+            each time and frees the old one a step later
+            (``MambaManager.remove_skipped_blocks``; docs/SEMANTICS.md H9);
+            ``False``: a running request's states stay where they are.
+        block_aligned_chunks: a prefill chunk that does not finish the prompt ends on a
+            block boundary, and any chunk stops at a branch point of the request inside
+            it (with ``workload_hints`` off, the junction where its prompt leaves the
+            cached KV): vLLM's align mode writes states at chunk ends
+            (``Scheduler._mamba_block_aligned_split``); ``False``: a chunk is as long as
+            the step's budget allows.
+        release_recency: a request's checkpoints count as used when it lets go of them:
+            a chunk's captures publish highest position first, and the checkpoint the
+            chunk started from (its hit, or the previous chunk's end) is used again after
+            them (vLLM frees the state blocks a request moved past a step later, highest
+            position first, ``MambaManager._remove_blocks_in_range``; docs/SEMANTICS.md
+            H9b); ``False``: by publication and hits alone.
         workload_hints: the engine is told the workload's structure (each request's
             ``branch_points`` and ``turn_starts``, for placement and H5's reservation
             order); ``False``: it knows only what it sees in the cache (the end of the
@@ -318,6 +337,9 @@ class SimConfig:
         cache_budget_bytes: with ``unified`` (or ``split`` with ``checkpoint_share``), the
             budget in bytes; ``None`` = what the GPU's memory leaves after weights and
             live recurrent state.
+        reserved_pages: with ``unified``, pages of the budget the engine keeps for itself
+            and never caches in: vLLM's ``BlockPool`` takes block 0 as its null block
+            (``vllm/v1/core/block_pool.py``), so 1 for vLLM (docs/SEMANTICS.md H6).
         mode: ``engine`` (the timed SimPy engine) or ``replay``: a cache-only replay of
             the workload in arrival order, one request at a time, through the same
             index, placement, eviction, KV pool and generated-token caching code
@@ -368,6 +390,9 @@ class SimConfig:
     keep_block_copies: bool = False
     drop_leaf_kv: bool = False
     running_states: int = 0
+    state_handover: bool = False
+    block_aligned_chunks: bool = False
+    release_recency: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
     checkpoint_share_rule: str = "share"
@@ -376,6 +401,7 @@ class SimConfig:
     mode: str = "engine"
     memory: str = "split"
     cache_budget_bytes: int | None = None
+    reserved_pages: int = 0
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
@@ -480,6 +506,9 @@ class SimConfig:
             "capture_all",
             "keep_block_copies",
             "drop_leaf_kv",
+            "state_handover",
+            "block_aligned_chunks",
+            "release_recency",
             "workload_hints",
         ):
             if not isinstance(getattr(self, flag), bool):
@@ -514,6 +543,13 @@ class SimConfig:
                     "pools are otherwise sized by kv_blocks and checkpoint_slots / "
                     "checkpoint_budget_bytes)"
                 )
+        _check_int(owner, "reserved_pages", self.reserved_pages, 0, MAX_KV_BLOCKS)
+        if self.reserved_pages and self.memory != "unified":
+            raise InvalidConfigError(
+                f"SimConfig.reserved_pages={self.reserved_pages} takes pages out of the "
+                "unified budget: it needs memory='unified' (a split KV pool is sized by "
+                "kv_blocks)"
+            )
         if self.memory == "unified":
             self._check_unified()
         if self.mode not in MODES:
@@ -537,6 +573,11 @@ class SimConfig:
             self._budget_slots()  # at least one slot, at most MAX_CHECKPOINT_SLOTS
         if self.running_states:
             self._check_running_states()
+        if self.state_handover and (self.memory != "unified" or not self.running_states):
+            raise InvalidConfigError(
+                "SimConfig.state_handover moves a running request's state between pages of "
+                "the unified budget: it needs memory='unified' and running_states >= 1"
+            )
         if self.drop_leaf_kv and (self.memory != "split" or self.keep_block_copies):
             raise InvalidConfigError(
                 "SimConfig.drop_leaf_kv follows SGLang's radix tree, which holds one copy "
@@ -807,8 +848,10 @@ class SimConfig:
         )
 
     def unified_pages(self) -> int:
-        """Pages in the unified budget (at most :data:`MAX_KV_BLOCKS`)."""
-        return min(MAX_KV_BLOCKS, self.unified_budget_bytes() // self.unified_page_bytes())
+        """Pages of the unified budget the cache and running requests draw from: the
+        budget's pages less ``reserved_pages`` (at least 0, at most :data:`MAX_KV_BLOCKS`)."""
+        pages = self.unified_budget_bytes() // self.unified_page_bytes() - self.reserved_pages
+        return max(0, min(MAX_KV_BLOCKS, pages))
 
     @property
     def unit(self) -> int:

@@ -14,7 +14,7 @@ import simpy
 
 from reference.api import Reservation
 from sim.engine.engine_core import EngineCore
-from sim.engine.step_plan import ProcessGenerator, StepPlan
+from sim.engine.step_plan import ProcessGenerator, Retouch, StepPlan
 
 
 class CopyStream(EngineCore):
@@ -82,8 +82,10 @@ class CopyStream(EngineCore):
 
     def _issue_captures(self) -> None:
         """Issue the copy job of the captures written this step (published on completion)."""
-        writes = self._step_writes
+        writes, retouch = self._step_writes, self._step_retouch
+        self._step_retouch = []
         if not writes:
+            self._retouch(retouch)
             return
         self._step_writes = []
         faults = self.config.faults
@@ -93,25 +95,40 @@ class CopyStream(EngineCore):
         capture_bytes = sum(self.costs.checkpoint_bytes(r.tokens) for r in writes)
         self.metrics.capture_bytes += capture_bytes
         duration = self.costs.copy_s(capture_bytes, len(writes)) + faults.copy_delay_s
-        self._start_capture_job(writes, duration)
+        self._start_capture_job(writes, duration, retouch)
 
-    def _start_capture_job(self, writes: list[Reservation], duration: float) -> None:
+    def _start_capture_job(
+        self, writes: list[Reservation], duration: float, retouch: Retouch = ()
+    ) -> None:
         """Run the step's capture copies on the copy stream; they publish on completion."""
         # The stream runs its jobs in order: the latest one finishes last.
-        self._last_capture_job = self.env.process(self._capture_job(writes, duration))
+        self._last_capture_job = self.env.process(self._capture_job(writes, duration, retouch))
 
-    def _capture_job(self, writes: list[Reservation], duration: float) -> ProcessGenerator:
+    def _capture_job(
+        self, writes: list[Reservation], duration: float, retouch: Retouch
+    ) -> ProcessGenerator:
         with self.copy.request() as turn:
             yield turn
             yield self.env.timeout(duration)
         self.metrics.copy_busy_s += duration
         self._now = self.env.now
-        self._captures_complete(writes)
+        self._captures_complete(writes, retouch)
 
-    def _captures_complete(self, writes: list[Reservation]) -> None:
-        """The capture copies of ``writes`` completed: publish them."""
+    def _captures_complete(self, writes: list[Reservation], retouch: Retouch = ()) -> None:
+        """The capture copies of ``writes`` completed: publish them (then, with
+        ``release_recency``, use the checkpoints the step's chunks started from)."""
         publish = not self.config.faults.publish_on_issue
         for reservation in writes:
             self.checker.on_write_complete(reservation)
             if publish:
                 self._publish(reservation)
+        self._retouch(retouch)
+
+    def _retouch(self, retouch: Retouch) -> None:
+        """``release_recency`` (SEMANTICS H9b): each checkpoint at ``(prompt, position)``
+        is used now, as when its holder lets go of it: a lookup of exactly that position
+        refreshes it in the index, and with unified memory in the shared pool's clock."""
+        for hashed, position in retouch:
+            hit = self.index.lookup(self._namespace, hashed, position - 1, position)
+            if hit is not None and self._unified:
+                self._ledger.touch(hit.slot, self._shared_pool.tick())

@@ -36,7 +36,7 @@ from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
-from sim.engine.step_plan import ProcessGenerator
+from sim.engine.step_plan import ProcessGenerator, StepPlan
 from sim.engine.unified import SharedKVPool
 
 
@@ -78,6 +78,10 @@ class EngineCore:
         # what the running requests hold together now (SEMANTICS H9).
         self._states_per_running = config.running_states
         self._running_states_held = 0
+        # vLLM's align-mode step rules (SEMANTICS H9a, H9b; used by planning.py).
+        self._handover = config.state_handover
+        self._aligned_chunks = config.block_aligned_chunks
+        self._release_recency = config.release_recency
         # Unified memory and running states both evict a checkpoint before the index is
         # full, which only an index with evict_one(reason) can do.
         needs_evict_one = [
@@ -165,6 +169,7 @@ class EngineCore:
         self._max_tokens = self.pool.num_blocks * config.block_size
         self._cache_generated = config.cache_generated
         self._step_writes: list[Reservation] = []  # captures written in the current step
+        self._step_retouch: list[tuple[HashedPrompt, int]] = []  # release_recency
         self._last_capture_job: simpy.Process | None = None
 
     # --- running ----------------------------------------------------------------------
@@ -362,12 +367,44 @@ class EngineCore:
         self._running_states_held += count
         return True
 
-    def _give_back_running_states(self) -> None:
-        """A running request finished or was preempted: its states are free again."""
+    def _give_back_running_states(self, seq: Seq) -> None:
+        """``seq`` finished or was preempted: its states are free again (but for one
+        whose pages it lent to a checkpoint, which keeps them)."""
         count = self._states_per_running
         self._running_states_held -= count
         if self._unified:
-            self._shared_pool.withheld -= count * self._slot_pages
+            kept = count - 1 if seq.state_lent else count
+            seq.state_lent = False
+            self._shared_pool.withheld -= kept * self._slot_pages
+
+    def _lend_running_state(self, seq: Seq) -> None:
+        """``state_handover``: the checkpoint at the end of ``seq``'s chunk is the block
+        its running state is written to, so it takes that state's pages (which are fresh
+        for :meth:`_reserve` to take) rather than new ones."""
+        self._shared_pool.withheld -= self._slot_pages
+        seq.state_lent = True
+
+    def _take_back_running_state(self, seq: Seq) -> None:
+        """Undo :meth:`_lend_running_state` (the pages are fresh: the caller made them)."""
+        assert self._shared_pool.fresh_count() >= self._slot_pages
+        self._shared_pool.withheld += self._slot_pages
+        seq.state_lent = False
+
+    def _take_handover(self, seq: Seq, plan: StepPlan) -> None:
+        """``state_handover`` (SEMANTICS H9a): ``seq``'s state moves to a new block this
+        step, so its old one stays held until the step completes: one state's pages more,
+        made fresh by the shared pool's rule (the caller checked that they can be)."""
+        made = self._shared_pool.make_fresh(self._slot_pages)
+        assert made, "checked by the caller (can_allocate)"
+        self._shared_pool.withheld += self._slot_pages
+        plan.handovers.append(seq)
+
+    def _end_handovers(self, plan: StepPlan, seq: Seq | None = None) -> None:
+        """Free the old states' pages the step held (only ``seq``'s when it is given, a
+        request preempted while the step is planned)."""
+        for moved in [s for s in plan.handovers if seq is None or s is seq]:
+            plan.handovers.remove(moved)
+            self._shared_pool.withheld -= self._slot_pages
 
     def _free_slots(self, count: int) -> bool:
         """Split memory: evict the index policy's victims until ``count`` free slots lie

@@ -43,7 +43,9 @@ class Planning(EngineCore):
                 break
             if seq.phase is not Phase.PREFILL:
                 continue
-            end = min(seq.prompt_len, seq.computed + budget)
+            end = self._chunk_end(seq.computed, seq.prompt_len, budget, seq.branch_points)
+            if end == seq.computed:
+                continue  # less than a block of budget left for an aligned chunk
             if self._grow(seq, end, plan):
                 self._plan_chunk(seq, seq.computed, end, plan)
                 budget -= end - seq.computed
@@ -66,21 +68,55 @@ class Planning(EngineCore):
         return 1 + max(0, min(self.config.spec_tokens, seq.output_tokens - seq.generated - 1))
 
     def _grow(self, seq: Seq, tokens: int, plan: StepPlan) -> bool:
-        """Give ``seq`` blocks for ``tokens`` tokens, preempting the youngest running
-        requests if needed; ``False`` when ``seq`` itself was preempted."""
-        need = -(-tokens // self._block) - len(seq.blocks)
-        if need <= 0:
+        """Give ``seq`` blocks for ``tokens`` tokens (and, with ``state_handover``, the
+        pages of the state it leaves when its state moves to a new block), preempting the
+        youngest running requests if needed; ``False`` when ``seq`` itself was preempted."""
+        need = max(0, -(-tokens // self._block) - len(seq.blocks))
+        moves = self._handover and self._state_moves(seq, tokens)
+        # It leaves its own running state (held for the step), or a checkpoint its
+        # running state's pages went to (it takes new ones for good).
+        handover = moves and seq.computed != seq.tracked
+        retake = moves and seq.state_lent
+        pages = need + ((handover + retake) * self._slot_pages if moves else 0)
+        if pages == 0:
             return True
         pool = self.pool
-        while not pool.can_allocate(need):
+        while not pool.can_allocate(pages):
             victim = self.running[-1]
             self._preempt(victim, plan)
             if victim is seq:
                 return False
-        blocks = pool.allocate(need)
-        assert blocks is not None
-        seq.blocks.extend(blocks)
+        if need:
+            blocks = pool.allocate(need)
+            assert blocks is not None
+            seq.blocks.extend(blocks)
+        if handover:
+            self._take_handover(seq, plan)
+        if retake:
+            made = self._shared_pool.make_fresh(self._slot_pages)
+            assert made, "checked by can_allocate"
+            self._take_back_running_state(seq)
         return True
+
+    def _chunk_end(self, start: int, prompt_len: int, budget: int, stops: tuple[int, ...]) -> int:
+        """Where a prefill chunk from ``start`` ends with ``budget`` tokens left in the step:
+        ``min(prompt_len, start + budget)``. With ``block_aligned_chunks`` (vLLM's align
+        mode, ``Scheduler._mamba_block_aligned_split``) a chunk that does not finish the
+        prompt ends on a block boundary (``start`` itself, an empty chunk, when less than
+        a block is left), and a chunk stops at a branch point of the request inside it
+        (the junction where its prompt leaves the cached KV)."""
+        end = min(prompt_len, start + budget)
+        if not self._aligned_chunks:
+            return end
+        if end < prompt_len:
+            end = max(start, end // self._block * self._block)
+        return min((stop for stop in stops if start < stop < end), default=end)
+
+    def _state_moves(self, seq: Seq, tokens: int) -> bool:
+        """``state_handover`` (SEMANTICS H9a): computing ``seq`` from ``seq.computed`` up
+        to ``tokens`` takes its state into a new block."""
+        block, computed = self._block, seq.computed
+        return computed > 0 and -(-tokens // block) > -(-computed // block)
 
     def _admit(self, seq: Seq, budget: int, plan: StepPlan) -> int:
         """Admit the head of the queue if its first chunk fits; tokens scheduled (0 = not)."""
@@ -103,7 +139,13 @@ class Planning(EngineCore):
         # limited by the KV pool (its blocks hold nothing the model reads), so some of
         # them may have been reused since: those come fresh, like the chunk's.
         shared = min(p // block, present)
-        end = min(n, p + budget)
+        branch = self._hints(request, "branch_points")
+        cached_end = present * block
+        if p < cached_end < n and cached_end not in branch:
+            branch = (*branch, cached_end)
+        end = self._chunk_end(p, n, budget, branch)
+        if end == p:  # an aligned chunk needs a block of budget: wait for the next step
+            return 0
         # The pages for the chunk, or the request's running states, may come from
         # evicting checkpoints: not this one.
         pinned = None
@@ -139,10 +181,6 @@ class Planning(EngineCore):
                 metrics.warm_requests += 1
                 metrics.warm_prompt_tokens += n
         # The hit itself is counted when its restore is issued (_issue_restores).
-        branch = self._hints(request, "branch_points")
-        cached_end = present * block
-        if p < cached_end < n and cached_end not in branch:
-            branch = (*branch, cached_end)
         seq.branch_points = branch
         self.backend.start(request, seq.batch_slot)
         if hit is not None:
@@ -200,6 +238,7 @@ class Planning(EngineCore):
             branch_points=seq.branch_points,
         )
         reservations: list[Reservation] = []
+        from_checkpoint = 0 < start == seq.tracked
         positions = self.placement.positions(chunk)
         if positions:
             seq.tracked = max(seq.tracked, *positions)
@@ -226,11 +265,16 @@ class Planning(EngineCore):
                 ):
                     metrics.captures_skipped_full += 1
                     continue
+                lend = self._handover and position == end and not seq.state_lent
+                if lend:
+                    self._lend_running_state(seq)
                 outcome = self._reserve(seq.hashed, position)
                 if outcome is not None:
                     reservations.append(outcome)
+                elif lend:
+                    self._take_back_running_state(seq)
             reservations.sort(key=_tokens)  # ascending: the order the backend computes them
-        plan.prefills[seq] = _Chunk(start, end, reservations)
+        plan.prefills[seq] = _Chunk(start, end, reservations, from_checkpoint)
 
     def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
         """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
@@ -262,7 +306,9 @@ class Planning(EngineCore):
         self.pool.release(seq.blocks)
         seq.blocks = []
         if self._states_per_running:
-            self._give_back_running_states()
+            self._give_back_running_states(seq)
+        if plan.handovers:
+            self._end_handovers(plan, seq)
         self.backend.release(seq.request_id, seq.batch_slot)
         self._free_batch.append(seq.batch_slot)
         seq.batch_slot = -1

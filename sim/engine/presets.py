@@ -53,7 +53,7 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     default = vllm_ssm_state_dtype(model) if choose_dtype else None
     # The block size follows the state as vLLM stores it (float32 doubles Nemotron-H's).
     block = vllm_block_size(_with_state_dtype(model, dtype, default))
-    return dtype | {
+    settings = dtype | {
         "cache.block_size": block,
         "placement.policy": "vllm-retention",
         # hash_unit defaults to the run's hash unit, which is the block size unless set.
@@ -68,6 +68,17 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.keep_block_copies": True,
         "cache.memory": "unified" if model.full_attention_layers else "split",
     }
+    if model.full_attention_layers:
+        # BlockPool.__init__ takes block 0 as its null block: the budget has one page less.
+        settings["cache.reserved_pages"] = 1
+        # MambaManager.remove_skipped_blocks frees a state's old block a step after the
+        # state moved to a new one.
+        settings["cache.state_handover"] = True
+    # Scheduler._mamba_block_aligned_split: chunks end on blocks and at the junction.
+    settings["cache.block_aligned_chunks"] = True
+    # MambaManager._remove_blocks_in_range frees a request's old states highest first.
+    settings["cache.release_recency"] = True
+    return settings
 
 
 def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:

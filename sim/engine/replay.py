@@ -29,6 +29,7 @@ from reference.api import Reservation
 from sim.engine.backends.base import DecodeStep
 from sim.engine.scheduler import Engine, StepPlan
 from sim.engine.sequence import Phase, Seq
+from sim.engine.step_plan import Retouch
 
 #: ``totals`` keys that only a timed run has; a replay's result leaves them out.
 TIMING_TOTALS = ("sim_time_s", "ttft", "queue", "compute_busy_s", "copy_busy_s")
@@ -73,8 +74,11 @@ class Replayer(Engine):
             if seq.phase is Phase.DONE:  # a one-token answer finishes with its prefill
                 return  # (and _complete has taken it out of the running list)
         last = seq.prompt_len + seq.output_tokens - 1
-        grown = self._grow(seq, last, StepPlan(self.step))
+        decode = StepPlan(self.step)
+        grown = self._grow(seq, last, decode)
         assert grown, "a lone request always fits (the rejection rule)"
+        if decode.handovers:  # its state moved at least once: the old pages are free again
+            self._end_handovers(decode)
         self.metrics.decode_tokens += seq.output_tokens - seq.generated
         if last > seq.computed:
             self.backend.decode(
@@ -90,8 +94,10 @@ class Replayer(Engine):
     def _start_restore_job(self, slots: list[int], duration: float, plan: StepPlan) -> None:
         self._restores_complete(slots)
 
-    def _start_capture_job(self, writes: list[Reservation], duration: float) -> None:
-        self._captures_complete(writes)
+    def _start_capture_job(
+        self, writes: list[Reservation], duration: float, retouch: Retouch = ()
+    ) -> None:
+        self._captures_complete(writes, retouch)
 
 
 def strip_timing(totals: dict[str, object], series: dict[str, list[float | int | None]]) -> None:

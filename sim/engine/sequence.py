@@ -97,6 +97,9 @@ class Seq:
         tracked: the furthest position placement chose for the request since its latest
             admission, or its hit (tokens); with ``kv_up_to_checkpoint`` its KV blocks are
             cached only up to there.
+        state_lent: with ``state_handover``, the pages of one of its running states went
+            to the checkpoint at the end of its latest chunk (vLLM's state block there
+            becomes that checkpoint); it takes new ones when its state moves on.
     """
 
     request: RequestLike
@@ -120,6 +123,7 @@ class Seq:
     digests: Sequence[bytes] = ()
     branch_points: tuple[int, ...] = ()
     tracked: int = 0
+    state_lent: bool = False
 
     @property
     def request_id(self) -> str:

@@ -6,25 +6,32 @@ Planned at a step's start (:mod:`sim.engine.planning`), read by the step's resto
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
 from reference.api import Reservation
+from reference.hashing import HashedPrompt
 from sim.engine.sequence import Seq
 
 ProcessGenerator = Generator[simpy.Event, Any, None]
+#: Checkpoints to use again when a step's captures publish (``release_recency``): each
+#: one's prompt and position.
+Retouch = Sequence[tuple[HashedPrompt, int]]
 
 
 @dataclass(eq=False, slots=True)
 class _Chunk:
-    """A prefill chunk ``[start, end)`` planned for a step, with its reservations."""
+    """A prefill chunk ``[start, end)`` planned for a step, with its reservations, and
+    whether it starts from a checkpoint of the request (its hit, or a position placement
+    chose at the end of its previous chunk)."""
 
     start: int
     end: int
     reservations: list[Reservation]
+    from_checkpoint: bool = False
 
 
 @dataclass(eq=False)
@@ -37,6 +44,8 @@ class StepPlan:
         prefills: request → its chunk.
         restores: requests admitted this step with a hit (restore issued after planning).
         restore_done: triggered when the step's restore job completed.
+        handovers: requests whose state moved to a new block this step and whose old
+            state's pages the step holds (``state_handover``, SEMANTICS H9).
     """
 
     step: int
@@ -44,6 +53,7 @@ class StepPlan:
     prefills: dict[Seq, _Chunk] = field(default_factory=dict)
     restores: list[Seq] = field(default_factory=list)
     restore_done: simpy.Event | None = None
+    handovers: list[Seq] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:

@@ -579,6 +579,9 @@ def _assemble(
             capture_all=cache["capture_all"],
             keep_block_copies=cache["keep_block_copies"],
             running_states=cache["running_states"],
+            state_handover=cache["state_handover"],
+            block_aligned_chunks=cache["block_aligned_chunks"],
+            release_recency=cache["release_recency"],
             drop_leaf_kv=cache["drop_leaf_kv"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
@@ -590,6 +593,7 @@ def _assemble(
             mode=engine["mode"],
             memory=cache["memory"],
             cache_budget_bytes=cache["cache_budget_bytes"],
+            reserved_pages=cache["reserved_pages"],
             faults=Faults(**faults_table),
             # Sized below, so that an error can name cache.checkpoint_budget_bytes.
             checkpoint_slots=(cache["checkpoint_slots"] or 1)

@@ -58,6 +58,31 @@ def checked_pools(
     """
     model, cache = tables["model"], tables["cache"]
     deployment = tables["deployment"]
+    if cache["reserved_pages"] and cache["memory"] != "unified":
+        raise ScenarioError(
+            where,
+            "cache.reserved_pages",
+            cache["reserved_pages"],
+            "0 unless cache.memory = 'unified' (pages are reserved out of its one budget)"
+            + (
+                " (set by cache.engine; set cache.reserved_pages = 0 with split memory)"
+                if "cache.reserved_pages" in preset_keys
+                else ""
+            ),
+        )
+    if cache["state_handover"] and (cache["memory"] != "unified" or not cache["running_states"]):
+        raise ScenarioError(
+            where,
+            "cache.state_handover",
+            cache["state_handover"],
+            "false unless cache.memory = 'unified' and cache.running_states >= 1 (it moves "
+            "a running request's state between pages of the one budget)"
+            + (
+                " (set by cache.engine; set cache.state_handover = false to override)"
+                if "cache.state_handover" in preset_keys
+                else ""
+            ),
+        )
     if cache["memory"] == "unified":
         refuse_pool_sizes(
             given_cache,

@@ -370,6 +370,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
             None,
             "memory = unified: the budget (unset: what the GPU leaves after weights)",
         ),
+        "reserved_pages": Key(
+            integer(0, MAX_KV_BLOCKS),
+            0,
+            "memory = unified: pages of the budget the engine never caches in (vLLM's null "
+            "block: 1)",
+        ),
         "cache_generated": Key(
             boolean,
             False,
@@ -419,6 +425,24 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "recurrent states each running request holds in the checkpoint budget while it "
             "runs (SGLang: 1, 3 with extra_buffer; vLLM: 1), evicting cached checkpoints "
             "to make room at admission; 0: live states are outside the cache",
+        ),
+        "state_handover": Key(
+            boolean,
+            False,
+            "memory = unified, running_states >= 1: a decode step that takes a running "
+            "request's state into a new block holds one more state for that step (vLLM)",
+        ),
+        "block_aligned_chunks": Key(
+            boolean,
+            False,
+            "a prefill chunk that does not finish the prompt ends on a block boundary, and "
+            "stops at the junction inside it (vLLM's align mode)",
+        ),
+        "release_recency": Key(
+            boolean,
+            False,
+            "a request's checkpoints count as used when it lets go of them: a chunk's "
+            "captures highest first, then the checkpoint it started from (vLLM)",
         ),
         "checkpoint_share": Key(
             number(0.0, 1.0, strict=True),

@@ -110,6 +110,8 @@ def test_each_preset_sets_its_engines_settings() -> None:
     # takes one page per Mamba group (6: 24 layers in groups of 4), no partial KV page.
     assert vllm.capture_all and vllm.keep_block_copies
     assert vllm.running_states == 1  # its own state block in each Mamba group
+    # BlockPool takes block 0 as its null block: 4 GiB is 496 blocks, 495 usable.
+    assert vllm.reserved_pages == 1 and vllm.unified_pages() == 4 * GIB // (528 * 16384) - 1
     assert vllm.block_aligned_checkpoints() and vllm.unified_slot_pages() == 6
     none = scenario(
         '[cache]\nmemory = "unified"\nblock_size = 528\ncache_budget_bytes = 4294967296'
@@ -192,6 +194,8 @@ def test_keys_the_file_sets_win_and_parameters_go_with_their_policy() -> None:
         ('engine = "sglang"\nmemory = "unified"', "cache.checkpoint_share", "set by cache.engine"),
         ("cache_budget_bytes = 4294967296", "cache.cache_budget_bytes", "checkpoint_share"),
         ('memory = "unified"\ncheckpoint_share = 0.5', "cache.checkpoint_share", "unified"),
+        ("reserved_pages = 1", "cache.reserved_pages", "cache.memory = 'unified'"),
+        ('engine = "vllm"\nmemory = "split"', "cache.reserved_pages", "set by cache.engine"),
         (
             'engine = "sglang"\n[backend]\nname = "reference"',
             "backend.name",
@@ -212,6 +216,8 @@ def test_contradictory_settings_name_the_key(text: str, key: str, says: str) -> 
         ('checkpoint_share_rule = "vllm"', "cache.checkpoint_share_rule"),
         ("capture_all = 1", "cache.capture_all"),
         ('keep_block_copies = "yes"', "cache.keep_block_copies"),
+        ('memory = "unified"\nreserved_pages = "1"', "cache.reserved_pages"),
+        ('memory = "unified"\nreserved_pages = -1', "cache.reserved_pages"),
     ],
 )
 def test_bad_values_of_the_engine_keys_name_the_key(text: str, key: str) -> None:
@@ -227,6 +233,8 @@ def test_bad_values_of_the_engine_keys_name_the_key(text: str, key: str) -> None
         ("checkpoint_share_rule", "vllm", "checkpoint_share_rule must be one of share, sglang"),
         ("capture_all", 1, "capture_all must be a bool"),
         ("keep_block_copies", "yes", "keep_block_copies must be a bool"),
+        ("reserved_pages", 1, "reserved_pages=1 takes pages out of the unified budget"),
+        ("reserved_pages", True, "reserved_pages must be an int"),
     ],
 )
 def test_simconfig_refuses_bad_engine_fields(field: str, value: object, says: str) -> None:

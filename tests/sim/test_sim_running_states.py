@@ -31,6 +31,7 @@ from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
 from tests.sim.test_sim_engine import assert_clean
 from tests.sim.test_sim_generated import ROOMY, published_positions, run
+from tests.sim.test_sim_unified import pages_config
 
 #: SGLang-like no_buffer caching on a two-slot pool: a state at the end of every
 #: 16-token prefill chunk, LRU eviction, one request at a time.
@@ -249,3 +250,48 @@ def test_an_index_without_evict_one_is_refused_naming_what_needs_it() -> None:
     with pytest.raises(InvalidConfigError, match=r"memory='unified' .*evict_one\(reason\)"):
         Engine(unified, [], backend)
     Engine(TWO_SLOTS, [], backend)  # neither needs it: accepted
+
+
+@pytest.mark.parametrize("mode", ["replay", "engine"])
+@pytest.mark.parametrize("handover", [False, True])
+def test_a_decode_moving_the_state_to_a_new_block_holds_the_old_one_for_its_step(
+    mode: str, handover: bool
+) -> None:
+    # vLLM's align mode (state_handover, SEMANTICS H9): a unified budget of 2 checkpoints'
+    # pages (s each) + 9 KV pages, B = 16, block-floor, one running state. a: 100 prompt
+    # tokens, 40 output: admitted with its state (s), 7 KV pages, its checkpoint at 80
+    # (s; as in tests/sim/test_sim_unified.py), then decode to 139 tokens: 2 more KV
+    # pages, 2s + 9 in all. Its decode crosses 112 and 128, so with the handover each
+    # crossing step holds one more state (s): no page is free, and the least recently used
+    # thing evictable is a's checkpoint at 80. The step after frees s pages again, so the
+    # second crossing evicts nothing more. a's second turn (same prompt, long after) then
+    # hits at 80 only without the handover; with it, that turn's own checkpoint at 80 goes
+    # the same way. Timed or replayed alike: the replay's decode jump crosses once, the
+    # engine's steps twice.
+    config = pages_config(9, slots=2, running_states=1, state_handover=handover, mode=mode)
+    again = dataclasses.replace(prompt_of("a", 7, 100, output=40, at=100.0), request_id="a/1")
+    requests = [prompt_of("a", 7, 100, output=40), again]
+    engine = (Replayer if mode == "replay" else Engine)(config, requests, SHADOW)
+    engine.run()
+    assert_clean(engine)
+    assert engine.pool.check() == []
+    assert engine.metrics.hit_tokens == (0 if handover else 80)
+    assert engine.index.inner.evictions == ({"memory": 2} if handover else {})
+    pool = engine._shared_pool
+    assert pool.withheld == len(engine._held_slots) * engine._slot_pages  # handovers ended
+
+
+def test_state_handover_needs_unified_memory_and_running_states() -> None:
+    with pytest.raises(InvalidConfigError, match="state_handover moves a running request"):
+        pages_config(9, slots=2, state_handover=True)
+    with pytest.raises(InvalidConfigError, match="state_handover moves a running request"):
+        dataclasses.replace(TWO_SLOTS, running_states=1, state_handover=True)
+    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
+    for cache, says in (
+        ("state_handover = true", r"cache\.state_handover"),
+        ('engine = "vllm"\nrunning_states = 0', r"cache\.state_handover.*set by cache\.engine"),
+        ("state_handover = 1", r"cache\.state_handover"),
+    ):
+        text = f"{head}[cache]\n{cache}\n"
+        with pytest.raises(ScenarioError, match=says):
+            build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)

@@ -77,6 +77,32 @@ def test_kv_blocks_and_checkpoints_trade_pages_least_recently_used_first() -> No
     assert len(engine.index.inner._by_key) == 2  # B's and C's checkpoints at 80
 
 
+def test_reserved_pages_are_never_cached_in() -> None:
+    # vLLM's null block (reserved_pages = 1): the case above with one page more in the
+    # budget, reserved, runs exactly as the case above. Unreserved, that page is free at
+    # every step, so B's checkpoint and C's take one cached block less each: by hand, B
+    # evicts 2 of A's blocks (not 3), C takes A's other 4 and checkpoint A, then 2 of B's.
+    requests = [request("a", 1, 100, 0.0), request("b", 2, 100, 50.0), request("c", 3, 100, 99.0)]
+    reserved = pages_config(11, slots=2, reserved_pages=1)
+    assert reserved.unified_pages() == pages_config(10, slots=2).unified_pages()
+    assert reserved.kv_capacity() == pages_config(11, slots=2).kv_capacity() - 1
+    engine = run(reserved, requests)
+    assert engine.index.evictions == {"memory": 1} and engine.pool.evictions["lru"] == 9
+    assert engine.pool.num_blocks == reserved.unified_pages()
+    unreserved = run(pages_config(11, slots=2), requests)
+    assert unreserved.index.evictions == {"memory": 1}
+    assert unreserved.pool.evictions["lru"] == 8
+
+
+def test_reserved_pages_need_unified_memory_and_room_for_a_checkpoint() -> None:
+    with pytest.raises(InvalidConfigError, match="reserved_pages=1 takes pages out"):
+        SimConfig(reserved_pages=1)
+    slot_pages = pages_config(0).unified_slot_pages()
+    with pytest.raises(InvalidConfigError, match="does not hold one checkpoint slot"):
+        pages_config(0, reserved_pages=1)
+    assert pages_config(1, reserved_pages=1).unified_pages() == slot_pages
+
+
 def test_a_checkpoint_replaces_one_in_place_when_the_index_is_full() -> None:
     # One slot: B's checkpoint takes A's slot (the index's own capacity eviction), so it
     # needs no pages of its own: only B's 3 missing KV pages come from cached blocks.
