@@ -73,22 +73,32 @@ class Comparison:
         return common.differing(self.hyckpt, self.vllm)
 
 
-def build_scenario(ssm_dtype: str, budget_bytes: int, seed: int, requests: int | None) -> Any:
+def build_scenario(
+    ssm_dtype: str,
+    budget_bytes: int,
+    seed: int,
+    requests: int | None,
+    workload: str | None = None,
+) -> Any:
     """The engine-presets scenario (preset ``vllm``) at ``budget_bytes`` for ``seed``, with
     ``requests`` requests (``None``: the scenario's 600); ``ssm_dtype="vllm"`` gives the
     model vLLM's float32 SSM state."""
     return common.engine_presets_scenario(
-        budget_bytes, seed, requests, float32_state=ssm_dtype == "vllm"
+        budget_bytes, seed, requests, float32_state=ssm_dtype == "vllm", workload=workload
     )
 
 
 def compare(
-    budget_bytes: int, seed: int = 1, requests: int | None = None, ssm_dtype: str = "model"
+    budget_bytes: int,
+    seed: int = 1,
+    requests: int | None = None,
+    ssm_dtype: str = "model",
+    workload: str | None = None,
 ) -> Comparison:
-    """Run both on the scenario's workload at ``budget_bytes``."""
+    """Run both on the scenario's workload (or ``workload``'s) at ``budget_bytes``."""
     from engines import vllm_replay
 
-    ours = common.replay_hyckpt(build_scenario(ssm_dtype, budget_bytes, seed, requests))
+    ours = common.replay_hyckpt(build_scenario(ssm_dtype, budget_bytes, seed, requests, workload))
     config = ours.config
     hybrid = vllm_replay.HybridModel.from_hyckpt(ours.model, "model")
     hits, plan, vllm_s = vllm_replay.replay(
@@ -150,7 +160,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     return common.run_budgets(
         args.budget_gib,
-        lambda budget: compare(budget, args.seed, args.requests, args.ssm_dtype),
+        lambda budget: compare(budget, args.seed, args.requests, args.ssm_dtype, args.workload),
         lambda comparison: report(comparison, args.show, stream),
         args.json,
     )

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from engines.replay_common import ReplayRequest
 from sim.engine.backends.shadow import ShadowBackend
+from sim.workloads.registry import CONFIG_TYPES
 
 GIB = 1 << 30
 #: The scenario whose workload, model and engine presets are compared.
@@ -63,6 +64,7 @@ def engine_presets_scenario(
     token_budget: int | None = None,
     float32_state: bool = False,
     model: str | None = None,
+    workload: str | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario at ``budget_bytes`` for ``seed``.
 
@@ -73,6 +75,8 @@ def engine_presets_scenario(
         token_budget: the prefill chunk (``None``: the scenario's).
         float32_state: store the SSM state in float32 (``cache.ssm_state_dtype``: the
             engines' default for Nemotron-H); ``False``: in the model's own dtype.
+        workload: another generator's traffic, with its default parameters
+            (``workload.generator``; ``None``: the scenario's multi-turn chat).
     """
     from sim.scenarios.command import resolve
 
@@ -88,6 +92,9 @@ def engine_presets_scenario(
         overrides["cache.token_budget"] = token_budget
     if model is not None:
         overrides["model.name"] = model
+    if workload is not None:
+        overrides["workload.generator"] = workload
+        overrides["workload.params"] = {}
     # The engines' default for Nemotron-H is a float32 state, which the presets choose
     # (docs/SIMULATION.md 1b); "model" keeps the model's own bfloat16 on both sides.
     overrides["cache.ssm_state_dtype"] = "float32" if float32_state else "model"
@@ -210,13 +217,20 @@ def fidelity_parser(
     prog: str, description: str | None, *, budgets: list[float], show: int, ssm_dtype: str
 ) -> argparse.ArgumentParser:
     """The arguments both commands take (``--requests``, ``--budget-gib``, ``--seed``,
-    ``--show``, ``--ssm-dtype model|<ssm_dtype>``); the caller adds its own and ``--json``."""
+    ``--show``, ``--ssm-dtype model|<ssm_dtype>``, ``--workload``); the caller adds its own
+    and ``--json``."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--requests", type=int, default=None, help="default: the scenario's")
     parser.add_argument("--budget-gib", type=float, nargs="+", default=budgets)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--show", type=int, default=show, help="differing requests to print")
     parser.add_argument("--ssm-dtype", choices=("model", ssm_dtype), default=ssm_dtype)
+    parser.add_argument(
+        "--workload",
+        choices=sorted(CONFIG_TYPES),
+        default=None,
+        help="another generator's traffic, default parameters (default: the scenario's chat)",
+    )
     return parser
 
 

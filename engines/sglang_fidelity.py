@@ -60,6 +60,7 @@ def scenario(
     token_budget: int | None = None,
     strategy: str = "no_buffer",
     model: str | None = None,
+    workload: str | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario with the preset of SGLang's ``strategy``
     (``sglang`` or ``sglang-extra-buffer``) at ``budget_bytes`` (``token_budget``: the
@@ -72,6 +73,7 @@ def scenario(
         token_budget=token_budget,
         float32_state=ssm_dtype == "sglang",
         model=model,
+        workload=workload,
     )
 
 
@@ -130,6 +132,7 @@ def compare(
     strategy: str = "no_buffer",
     mamba_chunk_size: int | None = None,
     model: str | None = None,
+    workload: str | None = None,
 ) -> Comparison:
     """Run both on the scenario's workload at ``budget_bytes`` (``strategy``: SGLang's
     Mamba strategy; hyckpt's side is that strategy's preset, :data:`PRESET_OF_STRATEGY`)."""
@@ -137,7 +140,7 @@ def compare(
     from sim.engine.presets import sglang_mamba_chunk_size
 
     ours = common.replay_hyckpt(
-        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy, model)
+        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy, model, workload)
     )
     hybrid = sglang_replay.HybridModel.from_hyckpt(ours.model, "model")
     replayed = sglang_replay.replay(
@@ -241,6 +244,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             args.strategy,
             args.mamba_chunk_size,
             args.model,
+            args.workload,
         ),
         lambda comparison: report(comparison, args.show, stream),
         args.json,

@@ -9,15 +9,20 @@ requests and budget. These tests pin what that comparison established (docs/SIMU
 * vLLM lays the budget out as the preset says: block size 528, one page per block id,
   the same number of pages, and a checkpoint of 6 pages (one block per Mamba group);
 * every request's hit is equal, without pressure (3 GiB) and under it (2 GiB, 200
-  requests). Before the preset modelled vLLM's copies of recomputed blocks, its capture of
-  every reachable boundary and its 6-page checkpoint, 9 of those 200 requests hit less in
-  hyckpt than in vLLM (docs/SIMULATION.md, "Checked against vLLM itself").
+  requests), and on long prompts (``long_document_qa``), where vLLM's chunking and the
+  states a step holds decide. Before the preset modelled vLLM's copies of recomputed
+  blocks, its capture of every reachable boundary and its 6-page checkpoint, 9 of those
+  200 requests hit less in hyckpt than in vLLM (docs/SIMULATION.md, "Checked against
+  vLLM itself").
 
 Skipped where vLLM 0.33 is not importable (the project's own venv); run in the engine venv:
 ``.venv-engines/bin/python -m pytest tests/tooling/test_vllm_fidelity.py``.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import pytest
 
@@ -49,7 +54,8 @@ def test_vllm_lays_out_the_budget_as_the_preset_says(at_2_gib: fidelity.Comparis
     # One block id holds 4 attention layers' pages (or 4 Mamba layers' padded pages):
     # exactly hyckpt's page of B tokens of every full-attention layer's KV.
     assert plan.bytes_per_block == 528 * 16384 == 8650752
-    assert plan.num_blocks == pools["kv_blocks"] == 248  # vLLM's block 0 is its null block
+    # vLLM's block 0 is its null block (BlockPool.__init__): the preset reserves it.
+    assert plan.num_blocks == pools["kv_blocks"] + 1 == 248
     assert plan.groups[0].startswith("FullAttentionSpec") and "x4 layers" in plan.groups[0]
     mamba_groups = [g for g in plan.groups if g.startswith("MambaSpec")]
     assert len(mamba_groups) == 6 and all("x4 layers" in g for g in mamba_groups)
@@ -70,7 +76,7 @@ def test_the_preset_stores_nemotron_h_state_as_vllm_does_by_default() -> None:
     assert config.sizes().ssm_state_dtype == "float32"
     assert (config.block_size, config.unified_pages(), config.unified_slot_pages()) == (
         1040,
-        126,
+        126 - 1,  # the null block
         6,
     )
 
@@ -125,3 +131,87 @@ def test_a_running_request_holds_one_state_block_per_mamba_group() -> None:
     assert free - engine.free_blocks() == 1 + 6
     config = fidelity.build_scenario("vllm", 2 * GIB, 1, 20).sim_config
     assert config.running_states * config.unified_slot_pages() == 6
+
+
+def test_a_decode_crossing_a_block_holds_two_state_blocks_for_that_step() -> None:
+    """SEMANTICS H9's ``state_handover`` against vLLM's own allocation: a request whose
+    prompt fills all but one token of a block decodes into the next block at its second
+    decode step. That step takes a KV block and, in each of the 6 Mamba groups, a new block
+    for the moved state (``MambaManager.allocate_new_blocks``); the old state blocks are
+    freed one step later (``remove_skipped_blocks``): 7 blocks, then 6 back."""
+    from engines.replay_common import ReplayRequest
+
+    model = vllm_replay.HybridModel.from_hyckpt(get_model("nemotron-h-8b"), ssm_state_dtype=None)
+    engine = vllm_replay.VllmCacheReplay(model, 2 * GIB)
+    block = engine.plan.block_size
+    request = engine._make_request(ReplayRequest("r", list(range(1, block)), [1, 2, 3, 4]))
+    manager = engine.manager
+    manager.new_step_starts()
+    computed, _, request.shared_prefix_boundary = manager.get_computed_blocks(request)
+    start = engine.free_blocks()
+    assert manager.allocate_slots(
+        request,
+        block - 1,
+        num_new_computed_tokens=0,
+        new_computed_blocks=computed,
+        num_lookahead_tokens=0,
+        num_external_computed_tokens=0,
+        full_sequence_must_fit=engine.scheduler_reserve_full_isl,
+        has_scheduled_reqs=False,
+    )
+    held = []
+    for output in (1, 2, 3):  # prefill samples 1; decode steps feed 1, 2 (crossing), 3
+        request.num_computed_tokens = request.num_tokens
+        request.append_output_token_ids(output)
+        manager.new_step_starts()
+        assert manager.allocate_slots(request, 1) is not None
+        held.append(start - engine.free_blocks())
+    # Feeding token `block - 1` fills the first block; feeding token `block` crosses.
+    assert held == [1 + 6, 2 + 12, 2 + 6]
+    config = fidelity.build_scenario("vllm", 2 * GIB, 1, 20).sim_config
+    assert config.state_handover and config.unified_slot_pages() == 6
+
+
+def _variants_against_vllm(
+    scenario: Any, switches: tuple[str, ...]
+) -> tuple[list[int], dict[str, list[int]]]:
+    """The requests whose hits differ from vLLM's with the preset as it is, and with each
+    of ``switches`` turned off on hyckpt's side (vLLM replayed once)."""
+    from engines import fidelity_common as common
+
+    ours = common.replay_hyckpt(scenario)
+    hybrid = vllm_replay.HybridModel.from_hyckpt(ours.model, "model")
+    budget = ours.config.cache_budget_bytes
+    hits, _, _ = vllm_replay.replay(
+        hybrid, common.to_replay_requests(ours.items), budget, ours.config.token_budget
+    )
+    theirs = [hit.hit_tokens for hit in hits]
+    off = {}
+    for switch in switches:
+        config = dataclasses.replace(scenario.sim_config, **{switch: False})
+        recorder, _, _ = common.run_hyckpt(
+            dataclasses.replace(scenario, sim_config=config), ours.items
+        )
+        mine = [recorder.hits.get(rid, 0) for rid in ours.request_ids]
+        off[switch] = common.differing(mine, theirs)
+    return common.differing(ours.hits, theirs), off
+
+
+def test_long_prompts_chunk_and_hold_states_as_vllm_does() -> None:
+    """100 long-document prompts (up to 65k tokens, 9-10 chunks each) at 2 GiB with vLLM's
+    float32 state: every hit equal; without the aligned chunks or the state held through
+    a step that moves it (SEMANTICS H9a), 4 differ (docs/SIMULATION.md §1c item 7)."""
+    scenario = fidelity.build_scenario("vllm", 2 * GIB, 1, 100, "long_document_qa")
+    differ, off = _variants_against_vllm(scenario, ("block_aligned_chunks", "state_handover"))
+    assert differ == []
+    assert len(off["block_aligned_chunks"]) == 4 and len(off["state_handover"]) == 4
+
+
+def test_a_hit_is_freed_after_the_checkpoint_computed_from_it() -> None:
+    """SEMANTICS H9b on vLLM's own cache: seed 2's chat at 2 GiB (bfloat16 state), 120
+    requests: every hit equal; with a checkpoint's recency set by publication and hits
+    instead, ``multi_turn_chat/18/6`` hits 2640 where vLLM hits 2112 (§1c item 7)."""
+    scenario = fidelity.build_scenario("model", 2 * GIB, 2, 120)
+    differ, off = _variants_against_vllm(scenario, ("release_recency",))
+    assert differ == []
+    assert off["release_recency"] == [118]
