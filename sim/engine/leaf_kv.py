@@ -108,16 +108,21 @@ class LeafKVPool(KVPool):
         :meth:`KVPool.allocate` takes the least recently used *leaf* of the block tree,
         never a block whose continuation is still cached (SGLang evicts the least
         recently used leaf of its radix tree, ``UnifiedTreeCore``'s evictable leaves; a
-        parent becomes evictable once its last child went). Every free cached block has a
-        free leaf under it (a sequence holds its whole prefix), so the free count is what
-        can be allocated."""
+        parent becomes evictable once its last child went).
+
+        When no free cached block is a leaf, the least recently used one goes. That
+        happens only here, not in SGLang: a sequence that recomputed a cached prefix
+        holds its own copy of those blocks (``keep_copies`` off) and registers the
+        blocks after them under the cached copy, so the cached copy can be free while
+        its continuation is held. SGLang keeps one copy, which the running request
+        locks."""
         children, digest_of = self._children, self._digest
         for block in self._cached_free:
             digest = digest_of[block]
             assert digest is not None
             if not children[digest]:
                 return block
-        raise AssertionError("LeafKVPool: a free cached block has no free leaf under it")
+        return next(iter(self._cached_free))
 
     def _unregister(self, block: int) -> None:
         digest = self._digest[block]

@@ -197,3 +197,24 @@ def test_a_new_switch_of_the_wrong_type_is_refused_naming_it(key: str) -> None:
     )
     with pytest.raises(ScenarioError, match=rf"cache\.{key}"):
         build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)
+
+
+def test_a_cached_block_whose_continuation_is_held_elsewhere_still_goes_when_nothing_else_can():
+    # A request recomputed a0 itself (a private copy: its digest is cached already) and
+    # registered c1 after it, under the cached a0, and still holds both. The cached a0 is
+    # free, but no free cached block is a leaf (its only child c1 is held): the pool
+    # takes a0 anyway rather than fail an allocation its free count allowed (found on
+    # long_document_qa with the sglang-no-buffer preset, which raised here).
+    pool = LeafKVPool(3, 16)
+    a, c = chain("a", 1), [b"c1"]
+    first = pool.allocate(1)
+    assert first is not None
+    pool.register_many(first, a)
+    pool.release(first)  # a0 is cached and free
+    private = pool.allocate(2)
+    assert private is not None
+    assert pool.register_many(private, [a[0], c[0]]) == 1  # a0's copy stays private
+    assert pool.children(a[0]) == 1 and pool.free_count() == 1
+    assert pool.allocate(1) == first  # no free leaf: the least recently used block
+    assert pool.match(a) == 0 and pool.evictions["lru"] == 1
+    assert pool.check() == []

@@ -487,3 +487,27 @@ def test_sglang_chunks_ignore_the_steps_decodes() -> None:
     assert sglang.sim_config.decodes_share_budget is False
     vllm = scenario('[cache]\nengine = "vllm"\ncache_budget_bytes = 4294967296')
     assert vllm.sim_config.decodes_share_budget is True
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang-no-buffer", "sglang-extra-buffer"])
+def test_each_preset_replays_long_documents_under_pressure(engine: str) -> None:
+    # Long prompts (up to 65k tokens, 9 chunks) that overflow a 2 GiB cache: the
+    # sglang-no-buffer replay raised in the KV pool here (a cached block whose
+    # continuation another request holds, tests/sim/test_sim_leaf_kv.py).
+    from sim.engine.run import run_simulation
+
+    base = load_scenario(SCENARIO_DIR / "engine-presets.toml")
+    case = base.with_overrides(
+        {
+            "cache.engine": engine,
+            "cache.cache_budget_bytes": 2 * GIB,
+            "workload.generator": "long_document_qa",
+            "workload.params": {},
+            "workload.requests": 30,
+        },
+        check_sweep=False,
+    )
+    make, description = case.workload.build(case.seed)
+    result = run_simulation(case.sim_config, make(), workload=description)
+    assert result.ok and result.totals["requests"]["finished"] == 30
+    assert result.totals["hit_tokens"] > 0
