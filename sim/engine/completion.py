@@ -141,7 +141,7 @@ class Completion(CopyStream):
         if full > seq.registered:
             start = seq.registered
             parent = seq.digests[start - 1] if start else None
-            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full], parent)
+            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full], parent, start)
             seq.registered = full
 
     def _finish(self, seq: Seq) -> None:
@@ -193,7 +193,7 @@ class Completion(CopyStream):
             digests = block_digests(hashed, full, self._units_per_block)
             start = seq.registered
             parent = digests[start - 1] if start else None
-            self.pool.register_many(seq.blocks[start:full], digests[start:full], parent)
+            self.pool.register_many(seq.blocks[start:full], digests[start:full], parent, start)
             past_prompt = max(seq.registered, seq.prompt_len // block)
             metrics.generated_blocks_registered += max(0, full - past_prompt)
             seq.registered = full

@@ -236,12 +236,17 @@ class KVPool:
         return True
 
     def register_many(
-        self, blocks: Iterable[int], digests: Iterable[bytes], parent: bytes | None = None
+        self,
+        blocks: Iterable[int],
+        digests: Iterable[bytes],
+        parent: bytes | None = None,
+        start: int = 0,
     ) -> int:
         """:meth:`register` each block of ``blocks`` under the digest at the same place in
         ``digests``, in order (as many pairs as the shorter has), in one loop; returns how
-        many were registered. ``parent`` (the sequence's digest before the first) is for
-        pools that track the prefix tree (:class:`~sim.engine.leaf_kv.LeafKVPool`).
+        many were registered. ``parent`` (the sequence's digest before the first) and
+        ``start`` (the first block's index in its sequence) are for pools that track the
+        prefix tree (:class:`~sim.engine.leaf_kv.LeafKVPool`).
 
         Raises:
             SlotStateError: a block is not held by anyone (the pairs before it are

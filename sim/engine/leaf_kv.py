@@ -15,11 +15,14 @@ digest, the digest it continues (the previous block of the sequence that registe
 and how many registered digests continue it (its children). :meth:`LeafKVPool.drop_path`
 evicts a sequence's free cached blocks from the end back to the first block that another
 registered block continues, that some sequence holds, or that a checkpoint still needs.
-It also keeps SGLang's node boundaries: the positions checkpoints were reserved at, each
-filed under its *home block* (the last full block before it; ``b""`` for a position
-inside the first block), so that a boundary whose home block leaves the cache goes with
-it and the deepest boundary on a prefix is found by walking its blocks
-(:meth:`LeafKVPool.deepest_boundary`).
+It also keeps SGLang's node boundaries: the positions checkpoints were reserved at, the
+end of every block that got a second continuation (an insert splits a node there), and
+where a lookup's cached KV stopped while a cached sequence went on (the match splits the
+node), each filed under its *home block* (the last full block before it; ``b""`` for a
+position inside the first block), so that a boundary whose home block leaves the cache
+goes with it and the deepest boundary on a prefix is found by walking its blocks
+(:meth:`LeafKVPool.deepest_boundary`). Registering a digest that a free block already
+holds refreshes that block, as SGLang's insert refreshes the tree's copy.
 """
 
 from __future__ import annotations
@@ -87,20 +90,38 @@ class LeafKVPool(KVPool):
         return self._children[digest]
 
     def register_many(
-        self, blocks: Iterable[int], digests: Iterable[bytes], parent: bytes | None = None
+        self,
+        blocks: Iterable[int],
+        digests: Iterable[bytes],
+        parent: bytes | None = None,
+        start: int = 0,
     ) -> int:
         """:meth:`KVPool.register` each pair in order, recording the chain: the first
         digest continues ``parent`` (the sequence's digest before it; ``None`` at its
-        start), each later one the digest before it."""
+        start), each later one the digest before it. ``start`` is the first block's index
+        in its sequence: a block that gets its second continuation becomes a node
+        boundary at its end, which stays after either continuation goes (SGLang splits a
+        node where a new sequence leaves it and never merges the parts again). A block
+        whose digest another, free block holds stays private, and that block becomes
+        the most recently used (SGLang's insert keeps the tree's copy and refreshes it,
+        ``UnifiedTreeCore._insert_helper``)."""
         registered = 0
         previous = parent
+        end = start * self.block_size
+        table, cached = self._by_digest, self._cached_free
         for block, digest in zip(blocks, digests, strict=False):
+            cached_copy = table.get(digest)
+            if cached_copy is not None and cached_copy != block and cached_copy in cached:
+                cached.move_to_end(cached_copy)
             if self.register(block, digest):
                 registered += 1
                 self._parent[digest] = previous
                 if previous is not None:
                     self._children[previous] += 1
+                    if self._children[previous] == 2:
+                        self.add_boundary(previous, previous, end)
             previous = digest
+            end += self.block_size
         return registered
 
     def _cached_victim(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from reference.api import PrefillChunk, Reservation
 from sim.engine.engine_core import EngineCore
 from sim.engine.hits import block_digests, reconcile
+from sim.engine.leaf_kv import LeafKVPool
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.step_plan import StepPlan, _Chunk
 
@@ -143,6 +144,8 @@ class Planning(EngineCore):
         cached_end = present * block
         if p < cached_end < n and cached_end not in branch:
             branch = (*branch, cached_end)
+        if self._drop_leaf_kv and present and cached_end < n:
+            self._split_at_match_end(seq.digests[present - 1], cached_end)
         end = self._chunk_end(p, n, budget, branch)
         if end == p:  # an aligned chunk needs a block of budget: wait for the next step
             return 0
@@ -194,6 +197,16 @@ class Planning(EngineCore):
             seq.hit_slot = -1
         self._plan_chunk(seq, p, end, plan)
         return end - p
+
+    def _split_at_match_end(self, last_matched: bytes, cached_end: int) -> None:
+        """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV ends where a cached
+        sequence goes on (another block continues the last one matched) makes that
+        position a node boundary, as SGLang's match splits the radix node it stops
+        inside (``UnifiedTreeCore._match_prefix_helper``)."""
+        pool = self.pool
+        assert isinstance(pool, LeafKVPool)
+        if pool.children(last_matched):
+            pool.add_boundary(last_matched, last_matched, cached_end)
 
     def _before_first_lookup(self, seq: Seq) -> None:
         """``seq`` is about to look up for the first time: tell the alpha tuner how many

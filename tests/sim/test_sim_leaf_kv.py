@@ -218,3 +218,62 @@ def test_a_cached_block_whose_continuation_is_held_elsewhere_still_goes_when_not
     assert pool.allocate(1) == first  # no free leaf: the least recently used block
     assert pool.match(a) == 0 and pool.evictions["lru"] == 1
     assert pool.check() == []
+
+
+def test_a_block_continued_two_ways_is_a_node_boundary_for_good() -> None:
+    # SGLang splits a node where a new sequence leaves it and never merges the parts:
+    # a0 a1 a2, then b2 under a1, makes the end of a1 (32 tokens) a boundary that
+    # outlives b2.
+    pool = LeafKVPool(8, 16)
+    a = chain("a", 3)
+    prefix = dict(zip((16, 32, 48), a, strict=True))
+    held = pool.allocate(4)
+    assert held is not None
+    pool.register_many(held[:3], a)
+    assert pool.deepest_boundary(a, 48, prefix.get) == 0
+    pool.register_many(held[3:], [b"b2"], parent=a[1], start=2)
+    assert pool.deepest_boundary(a, 48, prefix.get) == 32
+    pool.release(held[3:])
+    assert pool.allocate(5) is not None  # the 4 unregistered blocks and b2
+    assert pool.children(a[1]) == 1 and pool.deepest_boundary(a, 48, prefix.get) == 32
+
+
+def test_a_lookup_that_stops_inside_a_cached_sequence_splits_it() -> None:
+    # One checkpoint slot, B = 16, one 64-token chunk each, replay. a (64 tokens): its
+    # state at 64, blocks 0-3. b shares a's first 20 tokens: its lookup matches block 0
+    # only and stops where a's sequence goes on, so 16 becomes a node boundary (SGLang's
+    # match splits a's node at 20). b's state at 64 evicts a's, a leaf: its KV goes back
+    # to that boundary, blocks 1-3, and block 0 stays (without the split all 4 would go,
+    # and b's own copy of block 0 would be cached in its place when b's chunk ends).
+    config = dataclasses.replace(TWO_SLOTS, checkpoint_slots=1, token_budget=64, drop_leaf_kv=True)
+    a = Prompt([(1, 64)])
+    b = Prompt([(1, 20), (2, 44)])
+    requests = [
+        Request("a/0", 0.0, "a", 0, a, 1, (0,), "x"),
+        Request("b/0", 1.0, "b", 0, b, 1, (0,), "x"),
+    ]
+    engine = replay(config, requests)
+    pool = engine.pool
+    assert isinstance(pool, LeafKVPool)
+    units = config.block_size // config.unit
+    a_digests = block_digests(a.hashed(engine._namespace, config.unit), 4, units)
+    assert engine.metrics.hit_tokens == 0
+    assert pool.match(a_digests) == 1 and pool.evictions["leaf"] == 3
+
+
+def test_registering_a_cached_digest_again_refreshes_the_cached_copy() -> None:
+    # SGLang's insert keeps the tree's copy of a prefix and refreshes it. x (a0) is freed
+    # before y (b0), so x is older; a request that computed a0 again registers it: its
+    # block stays private and x becomes the most recently used, so y goes first.
+    pool = LeafKVPool(4, 16)
+    x, y = pool.allocate(1), pool.allocate(1)
+    assert x is not None and y is not None
+    pool.register_many(x, [b"a0"])
+    pool.register_many(y, [b"b0"])
+    pool.release(x)
+    pool.release(y)
+    again = pool.allocate(1)  # an unregistered block: a private copy of a0
+    assert again is not None
+    assert pool.register_many(again, [b"a0"]) == 0
+    assert pool.allocate(2) == [3, y[0]]  # the last unregistered block, then y, not x
+    assert pool.block_for(b"a0") == x[0] and pool.block_for(b"b0") is None
