@@ -100,18 +100,17 @@ def test_hits_are_equal_request_by_request_under_pressure(
     assert c.vllm_rate < at_3_gib.vllm_rate  # 2 GiB is under pressure: it evicts hits
 
 
-def test_a_running_request_holds_one_state_block_per_mamba_group() -> None:
-    """SEMANTICS H9 against vLLM's own allocation: a fresh request whose prompt fits one
-    block (no block boundary inside it, so no state to keep) takes one KV block and, in
-    align mode, one block in each of the 6 Mamba groups for its own running state
-    (``MambaManager.get_num_blocks_to_allocate``): 7 blocks of the shared pool. The
-    preset's ``running_states = 1`` is one checkpoint's pages, the same 6."""
+def _admit_one_block_prompt(outputs: int) -> tuple[Any, Any, int]:
+    """vLLM's manager (nemotron-h-8b, float32 state, 2 GiB) with a fresh request whose
+    prompt fills all but one token of a block admitted and its prompt scheduled, as the
+    waiting queue does: the replay, the request and the free blocks before admission."""
     from engines.replay_common import ReplayRequest
 
     model = vllm_replay.HybridModel.from_hyckpt(get_model("nemotron-h-8b"), ssm_state_dtype=None)
     engine = vllm_replay.VllmCacheReplay(model, 2 * GIB)
     block = engine.plan.block_size
-    request = engine._make_request(ReplayRequest("r", list(range(1, block)), [1, 2]))
+    tokens = list(range(1, outputs + 1))
+    request = engine._make_request(ReplayRequest("r", list(range(1, block)), tokens))
     manager = engine.manager
     manager.new_step_starts()
     computed, hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
@@ -128,6 +127,16 @@ def test_a_running_request_holds_one_state_block_per_mamba_group() -> None:
         has_scheduled_reqs=False,
     )
     assert allocated is not None
+    return engine, request, free
+
+
+def test_a_running_request_holds_one_state_block_per_mamba_group() -> None:
+    """SEMANTICS H9 against vLLM's own allocation: a fresh request whose prompt fits one
+    block (no block boundary inside it, so no state to keep) takes one KV block and, in
+    align mode, one block in each of the 6 Mamba groups for its own running state
+    (``MambaManager.get_num_blocks_to_allocate``): 7 blocks of the shared pool. The
+    preset's ``running_states = 1`` is one checkpoint's pages, the same 6."""
+    engine, _, free = _admit_one_block_prompt(outputs=2)
     assert free - engine.free_blocks() == 1 + 6
     config = fidelity.build_scenario("vllm", 2 * GIB, 1, 20).sim_config
     assert config.running_states * config.unified_slot_pages() == 6
@@ -139,26 +148,8 @@ def test_a_decode_crossing_a_block_holds_two_state_blocks_for_that_step() -> Non
     decode step. That step takes a KV block and, in each of the 6 Mamba groups, a new block
     for the moved state (``MambaManager.allocate_new_blocks``); the old state blocks are
     freed one step later (``remove_skipped_blocks``): 7 blocks, then 6 back."""
-    from engines.replay_common import ReplayRequest
-
-    model = vllm_replay.HybridModel.from_hyckpt(get_model("nemotron-h-8b"), ssm_state_dtype=None)
-    engine = vllm_replay.VllmCacheReplay(model, 2 * GIB)
-    block = engine.plan.block_size
-    request = engine._make_request(ReplayRequest("r", list(range(1, block)), [1, 2, 3, 4]))
+    engine, request, start = _admit_one_block_prompt(outputs=4)
     manager = engine.manager
-    manager.new_step_starts()
-    computed, _, request.shared_prefix_boundary = manager.get_computed_blocks(request)
-    start = engine.free_blocks()
-    assert manager.allocate_slots(
-        request,
-        block - 1,
-        num_new_computed_tokens=0,
-        new_computed_blocks=computed,
-        num_lookahead_tokens=0,
-        num_external_computed_tokens=0,
-        full_sequence_must_fit=engine.scheduler_reserve_full_isl,
-        has_scheduled_reqs=False,
-    )
     held = []
     for output in (1, 2, 3):  # prefill samples 1; decode steps feed 1, 2 (crossing), 3
         request.num_computed_tokens = request.num_tokens
