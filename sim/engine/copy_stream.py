@@ -98,7 +98,7 @@ class CopyStream(EngineCore):
         self._start_capture_job(writes, duration, retouch)
 
     def _start_capture_job(
-        self, writes: list[Reservation], duration: float, retouch: Retouch = ()
+        self, writes: list[Reservation], duration: float, retouch: Retouch
     ) -> None:
         """Run the step's capture copies on the copy stream; they publish on completion."""
         # The stream runs its jobs in order: the latest one finishes last.
@@ -114,7 +114,7 @@ class CopyStream(EngineCore):
         self._now = self.env.now
         self._captures_complete(writes, retouch)
 
-    def _captures_complete(self, writes: list[Reservation], retouch: Retouch = ()) -> None:
+    def _captures_complete(self, writes: list[Reservation], retouch: Retouch) -> None:
         """The capture copies of ``writes`` completed: publish them (then, with
         ``release_recency``, use the checkpoints the step's chunks started from)."""
         publish = not self.config.faults.publish_on_issue

@@ -78,7 +78,7 @@ class EngineCore:
         # what the running requests hold together now (SEMANTICS H9).
         self._states_per_running = config.running_states
         self._running_states_held = 0
-        # vLLM's align-mode step rules (SEMANTICS H9a, H9b; used by planning.py).
+        # vLLM's align-mode step rules (SEMANTICS H9a, H9b, H9c; planning and completion).
         self._handover = config.state_handover
         self._aligned_chunks = config.block_aligned_chunks
         self._release_recency = config.release_recency
@@ -324,9 +324,8 @@ class EngineCore:
             # free slot, whose pages must now come out of the shared budget.
             if slot in self._held_slots:
                 self._ledger.dropped(slot)
-            elif self._shared_pool.make_fresh(self._slot_pages):
+            elif self._shared_pool.withhold(self._slot_pages):
                 self._held_slots.add(slot)
-                self._shared_pool.withheld += self._slot_pages
             else:
                 self.index.abort(outcome)
                 metrics.captures_no_slot += 1
@@ -358,10 +357,8 @@ class EngineCore:
         evicted)."""
         count = self._states_per_running
         if self._unified:
-            pages = count * self._slot_pages
-            if not self._shared_pool.make_fresh(pages):
+            if not self._shared_pool.withhold(count * self._slot_pages):
                 return False
-            self._shared_pool.withheld += pages
         elif not self._free_slots(count):
             return False
         self._running_states_held += count
@@ -385,18 +382,20 @@ class EngineCore:
         seq.state_lent = True
 
     def _take_back_running_state(self, seq: Seq) -> None:
-        """Undo :meth:`_lend_running_state` (the pages are fresh: the caller made them)."""
-        assert self._shared_pool.fresh_count() >= self._slot_pages
-        self._shared_pool.withheld += self._slot_pages
+        """``seq``'s running state takes pages of its own again: undoing
+        :meth:`_lend_running_state` (the lent pages are still fresh), or when its state
+        moves on from the checkpoint it lent them to (the caller checked that the shared
+        pool can free them)."""
+        taken = self._shared_pool.withhold(self._slot_pages)
+        assert taken, "the pages are fresh or can be freed (checked by the caller)"
         seq.state_lent = False
 
     def _take_handover(self, seq: Seq, plan: StepPlan) -> None:
         """``state_handover`` (SEMANTICS H9a): ``seq``'s state moves to a new block this
         step, so its old one stays held until the step completes: one state's pages more,
         made fresh by the shared pool's rule (the caller checked that they can be)."""
-        made = self._shared_pool.make_fresh(self._slot_pages)
-        assert made, "checked by the caller (can_allocate)"
-        self._shared_pool.withheld += self._slot_pages
+        taken = self._shared_pool.withhold(self._slot_pages)
+        assert taken, "checked by the caller (can_allocate)"
         plan.handovers.append(seq)
 
     def _end_handovers(self, plan: StepPlan, seq: Seq | None = None) -> None:

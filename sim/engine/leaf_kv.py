@@ -143,7 +143,7 @@ class LeafKVPool(KVPool):
             assert digest is not None
             if not children[digest]:
                 return block
-        return next(iter(self._cached_free))
+        return super()._cached_victim()
 
     def _unregister(self, block: int) -> None:
         digest = self._digest[block]

@@ -94,8 +94,6 @@ class Planning(EngineCore):
         if handover:
             self._take_handover(seq, plan)
         if retake:
-            made = self._shared_pool.make_fresh(self._slot_pages)
-            assert made, "checked by can_allocate"
             self._take_back_running_state(seq)
         return True
 

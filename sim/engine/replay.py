@@ -95,7 +95,7 @@ class Replayer(Engine):
         self._restores_complete(slots)
 
     def _start_capture_job(
-        self, writes: list[Reservation], duration: float, retouch: Retouch = ()
+        self, writes: list[Reservation], duration: float, retouch: Retouch
     ) -> None:
         self._captures_complete(writes, retouch)
 

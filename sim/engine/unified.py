@@ -159,6 +159,14 @@ class SharedKVPool(KVPool):
                 return False
         return True
 
+    def withhold(self, pages: int) -> bool:
+        """:meth:`make_fresh` ``pages`` and withhold them (for a checkpoint slot or a
+        running request's states); whether it could (nothing is withheld otherwise)."""
+        if not self.make_fresh(pages):
+            return False
+        self.withheld += pages
+        return True
+
     def make_fresh_by_page(self, pages: int) -> bool:
         """:meth:`make_fresh` one page at a time (the rule, plainly): while fewer than
         ``pages`` are fresh, free the older of the head of the cached queue and the least

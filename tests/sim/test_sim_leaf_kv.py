@@ -188,7 +188,16 @@ def test_the_least_recently_used_leaf_goes_first_never_a_block_it_continues() ->
     assert pool.check() == []
 
 
-@pytest.mark.parametrize("key", ["drop_leaf_kv", "decodes_share_budget"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "drop_leaf_kv",
+        "decodes_share_budget",
+        "state_handover",
+        "block_aligned_chunks",
+        "release_recency",
+    ],
+)
 def test_a_new_switch_of_the_wrong_type_is_refused_naming_it(key: str) -> None:
     with pytest.raises(InvalidConfigError, match=f"SimConfig.{key} must be a bool"):
         dataclasses.replace(TWO_SLOTS, **{key: "yes"})
