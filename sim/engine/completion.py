@@ -9,12 +9,13 @@ answer with ``cache_generated``), and the step's capture copy is issued.
 
 from __future__ import annotations
 
+from reference.api import Reservation
 from sim.engine.answer_state import answer_state_position
 from sim.engine.backends.base import Capture, DecodeStep
 from sim.engine.copy_stream import CopyStream
 from sim.engine.hits import block_digests
 from sim.engine.sequence import Phase, Seq
-from sim.engine.step_plan import StepPlan
+from sim.engine.step_plan import ChunkRelease, StepPlan
 
 
 class Completion(CopyStream):
@@ -79,9 +80,16 @@ class Completion(CopyStream):
                 # vLLM frees the states a request moved past a step later, highest
                 # position first, and the checkpoint the chunk started from with them.
                 writes[first:] = writes[first:][::-1]
+                start = None
                 if chunk.from_checkpoint:
                     assert seq.hashed is not None
-                    self._step_retouch.append((seq.hashed, chunk.start))
+                    start = (seq.hashed, chunk.start)
+                let_go: list[Reservation] = []
+                if self._interleaved_free:
+                    held = chunk.end if self._handover else -1
+                    let_go = [r for r in writes[first:] if r.tokens != held]
+                if start is not None or len(let_go) > 1:
+                    self._step_retouch.append(ChunkRelease(start, let_go))
             metrics.recomputed_tokens += chunk.end - chunk.start
             seq.computed = chunk.end
             self._register(seq)

@@ -304,6 +304,14 @@ class SimConfig:
             them (vLLM frees the state blocks a request moved past a step later, highest
             position first, ``MambaManager._remove_blocks_in_range``; docs/SEMANTICS.md
             H9b); ``False``: by publication and hits alone.
+        interleaved_free: unified memory, with ``release_recency``: the checkpoints a
+            chunk lets go of (its captures and the checkpoint it started from) wait in the
+            free queue one page of each before the rest of any, so evicting several of
+            them takes one page each: an evicted one's other pages come back only once
+            every other one is evicted or used again (vLLM frees a step's states one
+            layer group after another, ``KVCacheCoordinator.free`` and
+            ``BlockPool.free_blocks``; docs/SEMANTICS.md H9d); ``False``: an evicted
+            checkpoint's pages are all reusable at once.
         workload_hints: the engine is told the workload's structure (each request's
             ``branch_points`` and ``turn_starts``, for placement and H5's reservation
             order); ``False``: it knows only what it sees in the cache (the end of the
@@ -393,6 +401,7 @@ class SimConfig:
     state_handover: bool = False
     block_aligned_chunks: bool = False
     release_recency: bool = False
+    interleaved_free: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
     checkpoint_share_rule: str = "share"
@@ -509,6 +518,7 @@ class SimConfig:
             "state_handover",
             "block_aligned_chunks",
             "release_recency",
+            "interleaved_free",
             "workload_hints",
         ):
             if not isinstance(getattr(self, flag), bool):
@@ -577,6 +587,12 @@ class SimConfig:
             raise InvalidConfigError(
                 "SimConfig.state_handover moves a running request's state between pages of "
                 "the unified budget: it needs memory='unified' and running_states >= 1"
+            )
+        if self.interleaved_free and (self.memory != "unified" or not self.release_recency):
+            raise InvalidConfigError(
+                "SimConfig.interleaved_free orders the pages of the checkpoints a chunk lets "
+                "go of in the unified budget: it needs memory='unified' and "
+                "release_recency=True"
             )
         if self.drop_leaf_kv and (self.memory != "split" or self.keep_block_copies):
             raise InvalidConfigError(

@@ -36,7 +36,7 @@ from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
-from sim.engine.step_plan import ProcessGenerator, StepPlan
+from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan
 from sim.engine.unified import SharedKVPool
 
 
@@ -82,6 +82,7 @@ class EngineCore:
         self._handover = config.state_handover
         self._aligned_chunks = config.block_aligned_chunks
         self._release_recency = config.release_recency
+        self._interleaved_free = config.interleaved_free
         # Unified memory and running states both evict a checkpoint before the index is
         # full, which only an index with evict_one(reason) can do.
         needs_evict_one = [
@@ -169,7 +170,7 @@ class EngineCore:
         self._max_tokens = self.pool.num_blocks * config.block_size
         self._cache_generated = config.cache_generated
         self._step_writes: list[Reservation] = []  # captures written in the current step
-        self._step_retouch: list[tuple[HashedPrompt, int]] = []  # release_recency
+        self._step_retouch: list[ChunkRelease] = []  # release_recency
         self._last_capture_job: simpy.Process | None = None
 
     # --- running ----------------------------------------------------------------------
@@ -448,7 +449,8 @@ class EngineCore:
         slot = self.index.evict_one("memory")
         if slot is None:
             return False
-        self._ledger.dropped(slot)
+        # interleaved_free (SEMANTICS H9d): one page now, the rest after its group.
+        self._ledger.dropped(slot, self._slot_pages - 1 if self._interleaved_free else 0)
         self._free_leaf_kv(slot)
         self._release_bytes(slot)
         return True

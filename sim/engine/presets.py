@@ -78,6 +78,10 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     settings["cache.block_aligned_chunks"] = True
     # MambaManager._remove_blocks_in_range frees a request's old states highest first.
     settings["cache.release_recency"] = True
+    if model.full_attention_layers:
+        # KVCacheCoordinator.free / BlockPool.free_blocks: a step's freed states wait in
+        # the free queue one layer group after another.
+        settings["cache.interleaved_free"] = True
     return settings
 
 

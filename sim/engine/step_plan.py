@@ -17,9 +17,21 @@ from reference.hashing import HashedPrompt
 from sim.engine.sequence import Seq
 
 ProcessGenerator = Generator[simpy.Event, Any, None]
-#: Checkpoints to use again when a step's captures publish (``release_recency``): each
-#: one's prompt and position.
-Retouch = Sequence[tuple[HashedPrompt, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRelease:
+    """What one prefill chunk lets go of when the step's captures publish
+    (``release_recency``): the checkpoint it started from, used again then (its prompt
+    and position, or ``None``), and, for ``interleaved_free``, its captures that its
+    request does not hold on to (the one at the chunk's end holds the running state)."""
+
+    start: tuple[HashedPrompt, int] | None
+    captures: Sequence[Reservation] = ()
+
+
+#: Each chunk's :class:`ChunkRelease`, in the order the step ran them.
+Retouch = Sequence[ChunkRelease]
 
 
 @dataclass(eq=False, slots=True)

@@ -32,18 +32,37 @@ from reference.errors import InvalidConfigError
 from sim.engine.kv_pool import KVPool
 
 
+class _ReleaseGroup:
+    """States a request let go of in one step (``interleaved_free``, SEMANTICS H9d).
+
+    Attributes:
+        members: the group's checkpoints still waiting in the free queue, unbroken.
+        deferred: pages of members already evicted that are not reusable yet.
+    """
+
+    __slots__ = ("deferred", "members")
+
+    def __init__(self, members: set[int]) -> None:
+        self.members = members
+        self.deferred = 0
+
+
 class CheckpointLedger:
     """Published checkpoints by last use, with their pins: what memory can be reclaimed.
 
     Attributes:
         last_use: published slot -> tick of its last use (oldest first).
         pins: slot -> restores in flight.
+        deferred: pages of evicted checkpoints that come back only once the rest of
+            their release group is evicted too (:meth:`release_together`).
     """
 
     def __init__(self) -> None:
         self.last_use: OrderedDict[int, int] = OrderedDict()
         self.pins: Counter[int] = Counter()
         self._pinned_published = 0
+        self._group_of: dict[int, _ReleaseGroup] = {}
+        self.deferred = 0
 
     def published(self, slot: int, tick: int) -> None:
         self.last_use[slot] = tick
@@ -54,15 +73,25 @@ class CheckpointLedger:
         if slot in self.last_use:
             self.last_use[slot] = tick
             self.last_use.move_to_end(slot)
+        self._leave_group(slot)
 
-    def dropped(self, slot: int) -> None:
+    def dropped(self, slot: int, defer_pages: int = 0) -> None:
+        """``slot``'s checkpoint is gone. ``defer_pages`` of the pages it gave back are
+        not reusable until the rest of its release group is gone too (none when it has
+        no group or was the group's last member)."""
         if self.last_use.pop(slot, None) is not None and self.pins[slot]:
             self._pinned_published -= 1
+        group = self._group_of.get(slot)
+        if group is not None and len(group.members) > 1:
+            group.deferred += defer_pages
+            self.deferred += defer_pages
+        self._leave_group(slot)
 
     def pin(self, slot: int) -> None:
         self.pins[slot] += 1
         if self.pins[slot] == 1 and slot in self.last_use:
             self._pinned_published += 1
+        self._leave_group(slot)
 
     def unpin(self, slot: int) -> None:
         if self.pins[slot] <= 0:
@@ -72,6 +101,31 @@ class CheckpointLedger:
             del self.pins[slot]
             if slot in self.last_use:
                 self._pinned_published -= 1
+
+    def release_together(self, slots: Sequence[int]) -> None:
+        """``interleaved_free`` (SEMANTICS H9d): the published, unpinned checkpoints of
+        ``slots`` were let go of in one step, so their pages wait in the free queue
+        interleaved: one page of each before the rest of any. Evicting one of them then
+        makes one of its pages reusable; the others come back once every member of the
+        group has been evicted or used again."""
+        members = {s for s in slots if s in self.last_use and not self.pins[s]}
+        for slot in members:
+            self._leave_group(slot)
+        if len(members) > 1:
+            group = _ReleaseGroup(members)
+            for slot in members:
+                self._group_of[slot] = group
+
+    def _leave_group(self, slot: int) -> None:
+        """``slot`` left the free queue (used, pinned or evicted): when it was its
+        group's last member there, the group's deferred pages are reusable."""
+        group = self._group_of.pop(slot, None)
+        if group is None:
+            return
+        group.members.discard(slot)
+        if not group.members:
+            self.deferred -= group.deferred
+            group.deferred = 0
 
     def evictable(self) -> int:
         """Published checkpoints no restore is reading."""
@@ -126,13 +180,14 @@ class SharedKVPool(KVPool):
     # --- pages -------------------------------------------------------------------------
 
     def fresh_count(self) -> int:
-        """Pages neither held, cached nor backing a checkpoint."""
-        return len(self._unregistered_free) - self.withheld
+        """Pages neither held, cached, backing a checkpoint nor deferred."""
+        return len(self._unregistered_free) - self.withheld - self.ledger.deferred
 
     def free_count(self) -> int:
         """Pages an allocation can get: fresh, cached, and those evictable checkpoints
-        would give back."""
-        reclaimable = self.ledger.evictable() * self.slot_pages
+        would give back (with the deferred pages their evictions release)."""
+        ledger = self.ledger
+        reclaimable = ledger.evictable() * self.slot_pages + ledger.deferred
         return len(self._cached_free) + self.fresh_count() + reclaimable
 
     def make_fresh(self, pages: int) -> bool:
@@ -240,6 +295,10 @@ class SharedKVPool(KVPool):
         problems = super().check()
         if set(self._freed_at) != set(self._cached_free):
             problems.append("the freed-at ticks do not match the cached free queue")
-        if not 0 <= self.withheld <= len(self._unregistered_free):
-            problems.append(f"{self.withheld} pages withheld, {len(self._unregistered_free)} free")
+        withheld, deferred = self.withheld, self.ledger.deferred
+        if min(withheld, deferred) < 0 or withheld + deferred > len(self._unregistered_free):
+            problems.append(
+                f"{withheld} pages withheld and {deferred} deferred, "
+                f"{len(self._unregistered_free)} free"
+            )
         return problems

@@ -582,6 +582,7 @@ def _assemble(
             state_handover=cache["state_handover"],
             block_aligned_chunks=cache["block_aligned_chunks"],
             release_recency=cache["release_recency"],
+            interleaved_free=cache["interleaved_free"],
             drop_leaf_kv=cache["drop_leaf_kv"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],

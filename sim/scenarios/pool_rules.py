@@ -83,6 +83,19 @@ def checked_pools(
                 else ""
             ),
         )
+    if cache["interleaved_free"] and (cache["memory"] != "unified" or not cache["release_recency"]):
+        raise ScenarioError(
+            where,
+            "cache.interleaved_free",
+            cache["interleaved_free"],
+            "false unless cache.memory = 'unified' and cache.release_recency = true (it "
+            "orders the pages of the checkpoints a chunk lets go of in the one budget)"
+            + (
+                " (set by cache.engine; set cache.interleaved_free = false to override)"
+                if "cache.interleaved_free" in preset_keys
+                else ""
+            ),
+        )
     if cache["memory"] == "unified":
         refuse_pool_sizes(
             given_cache,

@@ -444,6 +444,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "a request's checkpoints count as used when it lets go of them: a chunk's "
             "captures highest first, then the checkpoint it started from (vLLM)",
         ),
+        "interleaved_free": Key(
+            boolean,
+            False,
+            "memory = unified, release_recency: the checkpoints a chunk lets go of wait in "
+            "the free queue one page of each first, so evicting them takes one page each "
+            "(vLLM frees a step's states layer group by layer group)",
+        ),
         "checkpoint_share": Key(
             number(0.0, 1.0, strict=True),
             None,

@@ -139,14 +139,22 @@ def test_a_recently_hit_checkpoint_outlives_older_cached_blocks() -> None:
     assert 80 in [entry.key.tokens for entry in engine.index.inner._by_key.values()]
 
 
+def vllm_release(on: bool) -> dict[str, object]:
+    """The switches of vLLM's release order (SEMANTICS H9b, H9d), all on or all off."""
+    return {"release_recency": on, "interleaved_free": on}
+
+
 @given(
     extra=st.integers(8, 400).map(int),
     seed=st.integers(0, 50),
     cache_generated=st.booleans(),
+    interleaved=st.booleans().map(bool),
 )
 @settings(max_examples=15, deadline=None)
-def test_the_budget_is_never_exceeded(extra: int, seed: int, cache_generated: bool) -> None:
-    config = pages_config(extra, cache_generated=cache_generated)
+def test_the_budget_is_never_exceeded(
+    extra: int, seed: int, cache_generated: bool, interleaved: bool
+) -> None:
+    config = pages_config(extra, cache_generated=cache_generated, **vllm_release(interleaved))
     stream, _ = build_workload("multi_turn_chat", 40, seed)
     engine = Engine(config, list(stream()), make_backend("shadow", None))
     pool = engine.pool
@@ -286,6 +294,7 @@ def _pool_state(pool: SharedKVPool) -> tuple[object, ...]:
         dict(pool._freed_at),
         dict(pool.evictions),
         pool.withheld,
+        pool.ledger.deferred,
         list(pool.ledger.last_use.items()),
     )
 
@@ -295,10 +304,11 @@ def _pool_state(pool: SharedKVPool) -> tuple[object, ...]:
     seed=st.integers(0, 30),
     eviction=st.sampled_from(["lru", "marconi"]),
     cache_generated=st.booleans(),
+    interleaved=st.booleans().map(bool),
 )
 @settings(max_examples=12, deadline=None)
 def test_making_pages_fresh_in_runs_is_making_them_fresh_page_by_page(
-    extra: int, seed: int, eviction: str, cache_generated: bool
+    extra: int, seed: int, eviction: str, cache_generated: bool, interleaved: bool
 ) -> None:
     """SharedKVPool.make_fresh evicts the cached blocks older than the oldest evictable
     checkpoint in one run; make_fresh_by_page frees the older of the two sides one page
@@ -306,7 +316,12 @@ def test_making_pages_fresh_in_runs_is_making_them_fresh_page_by_page(
     same metrics, evictions, pool and ledger at the end (marconi frees a leaf's KV too)."""
     params = {"tune": False, "free_leaf_kv": True} if eviction == "marconi" else {}
     config = pages_config(
-        extra, slots=3, cache_generated=cache_generated, eviction=eviction, eviction_params=params
+        extra,
+        slots=3,
+        cache_generated=cache_generated,
+        eviction=eviction,
+        eviction_params=params,
+        **vllm_release(interleaved),
     )
     outcomes = []
     for pool_class in (SharedKVPool, _PageByPage):

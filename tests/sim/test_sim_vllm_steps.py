@@ -9,7 +9,10 @@
   when its state moves on;
 - ``release_recency`` (SEMANTICS H9b): a request's checkpoints count as used when it lets
   go of them: a chunk's captures highest position first, then the checkpoint the chunk
-  started from.
+  started from;
+- ``interleaved_free`` (SEMANTICS H9d): the checkpoints a chunk lets go of wait in the
+  free queue one page of each before the rest of any, so evicting them takes one page
+  each.
 
 Each case is worked out by hand; ``B = 16``.
 """
@@ -17,14 +20,19 @@ Each case is worked out by hand; ``B = 16``.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from collections.abc import Sequence
 
 import pytest
 
+from reference.errors import InvalidConfigError
 from sim.engine import SimConfig
 from sim.engine.backends import make_backend
 from sim.engine.backends.shadow import ShadowBackend
 from sim.engine.replay import Replayer
+from sim.engine.unified import CheckpointLedger
+from sim.scenarios.loader import build_scenario
+from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
 from tests.sim.test_sim_engine import assert_clean
@@ -122,3 +130,88 @@ def test_a_hit_counts_as_used_after_the_checkpoints_of_the_chunk_it_started(
     engine = replay(config, [a, r, s], SHADOW)
     assert engine.metrics.hit_tokens == 32
     assert published_positions(engine) == ([32, 32] if release else [32, 80])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "interleaved"), [(150, False), (150, True), (161, False), (161, True)]
+)
+def test_checkpoints_let_go_of_together_are_evicted_a_page_each(
+    tokens: int, interleaved: bool
+) -> None:
+    # Worked by hand, B = 16, block-floor, a unified budget of 2 checkpoints (s = 199
+    # pages each) + 208 pages, so the index has 3 slots. a (48 tokens) leaves its
+    # checkpoint at 32 and 3 cached blocks. r (a's 48 + 48 more) hits 32 and computes
+    # [32, 96) in one chunk, capturing 80, and lets go of 80 and then 32 together (H9b):
+    # 3 more cached blocks (its block [32, 48) recomputed a0's digest: private), 2s
+    # withheld, 606 - 398 - 6 = 202 fresh pages. s (unrelated) needs ceil(tokens / 16)
+    # KV pages and s pages for its checkpoint: 209 with 150 tokens, 210 with 161, of which
+    # the 6 cached blocks (older than both checkpoints) and the 202 fresh give 208.
+    # - 150 tokens, one page short: the least recently used checkpoint, 80, goes; 32
+    #   stays either way. Interleaved, one of 80's pages comes back and its other 198 wait
+    #   behind 32's first page (vLLM's free queue: one page of each Mamba group, group by
+    #   group), so they are deferred, not fresh.
+    # - 161 tokens, two pages short: without interleaving 80 gives 199 pages and 32 stays;
+    #   interleaved it gives one, the second page evicts 32, and with the group gone all
+    #   2s - 2 of their other pages are fresh again.
+    config = dataclasses.replace(
+        pages_config(208, slots=2, release_recency=True, interleaved_free=interleaved),
+        max_num_seqs=1,
+        workload_hints=False,
+    )
+    a = request("a", [(1, 48)], 0.0)
+    r = request("r", [(1, 48), (2, 48)], 10.0)
+    s = request("s", [(3, tokens)], 20.0)
+    engine = replay(config, [a, r, s], SHADOW)
+    pool, slot_pages = engine._shared_pool, engine._slot_pages
+    assert slot_pages == 199 and pool.num_blocks == 606
+    assert engine.metrics.hit_tokens == 32
+    own = {150: 128, 161: 144}[tokens]  # s's checkpoint: floor((tokens - 16) / 16) * 16
+    gone = 2 if interleaved and tokens == 161 else 1
+    assert published_positions(engine) == ([own] if gone == 2 else [32, own])
+    assert engine.index.inner.evictions == {"memory": gone}
+    assert pool.ledger.deferred == (198 if interleaved and tokens == 150 else 0)
+    assert pool.withheld == len(engine._held_slots) * slot_pages
+    assert pool.check() == []
+
+
+def test_a_release_groups_deferred_pages_come_back_when_its_last_member_leaves() -> None:
+    # Checkpoints 1, 2, 3 let go of together (3 pinned, so not in the group's queue).
+    # Evicting 1 defers its pages while 2 is still waiting; using 2 again (a hit takes it
+    # out of the free queue) leaves the group empty: 1's pages come back. A group of one
+    # defers nothing.
+    ledger = CheckpointLedger()
+    for slot in (1, 2, 3, 4):
+        ledger.published(slot, slot)
+    ledger.pin(3)
+    ledger.release_together([1, 2, 3])
+    ledger.dropped(1, 5)
+    assert ledger.deferred == 5
+    ledger.touch(2, 10)
+    assert ledger.deferred == 0
+    ledger.release_together([4])
+    ledger.dropped(4, 5)
+    assert ledger.deferred == 0
+    ledger.unpin(3)
+    ledger.release_together([2, 3])
+    ledger.pin(2)  # a restore reads it: out of the queue
+    ledger.dropped(3, 5)  # the group's last member: nothing deferred
+    assert ledger.deferred == 0 and list(ledger.last_use) == [2]
+
+
+def test_interleaved_free_needs_unified_memory_and_release_recency() -> None:
+    with pytest.raises(InvalidConfigError, match="interleaved_free orders the pages"):
+        pages_config(9, slots=2, interleaved_free=True)
+    with pytest.raises(InvalidConfigError, match="interleaved_free orders the pages"):
+        dataclasses.replace(ROOMY, release_recency=True, interleaved_free=True)
+    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
+    for cache, says in (
+        ('memory = "unified"\ninterleaved_free = true', r"cache\.interleaved_free"),
+        (
+            'engine = "vllm"\nrelease_recency = false',
+            r"cache\.interleaved_free.*set by cache\.engine",
+        ),
+        ("interleaved_free = 1", r"cache\.interleaved_free"),
+    ):
+        text = f"{head}[cache]\n{cache}\n"
+        with pytest.raises(ScenarioError, match=says):
+            build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)

@@ -167,7 +167,8 @@ def _variants_against_vllm(
     scenario: Any, switches: tuple[str, ...]
 ) -> tuple[list[int], dict[str, list[int]]]:
     """The requests whose hits differ from vLLM's with the preset as it is, and with each
-    of ``switches`` turned off on hyckpt's side (vLLM replayed once)."""
+    of ``switches`` turned off on hyckpt's side (vLLM replayed once; ``interleaved_free``,
+    which needs ``release_recency``, goes off with it)."""
     from engines import fidelity_common as common
 
     ours = common.replay_hyckpt(scenario)
@@ -179,7 +180,8 @@ def _variants_against_vllm(
     theirs = [hit.hit_tokens for hit in hits]
     off = {}
     for switch in switches:
-        config = dataclasses.replace(scenario.sim_config, **{switch: False})
+        off_too = {"interleaved_free": False} if switch == "release_recency" else {}
+        config = dataclasses.replace(scenario.sim_config, **{switch: False}, **off_too)
         recorder, _, _ = common.run_hyckpt(
             dataclasses.replace(scenario, sim_config=config), ours.items
         )
@@ -198,11 +200,15 @@ def test_long_prompts_chunk_and_hold_states_as_vllm_does() -> None:
     assert len(off["block_aligned_chunks"]) == 4 and len(off["state_handover"]) == 4
 
 
-def test_a_hit_is_freed_after_the_checkpoint_computed_from_it() -> None:
-    """SEMANTICS H9b on vLLM's own cache: seed 2's chat at 2 GiB (bfloat16 state), 120
-    requests: every hit equal; with a checkpoint's recency set by publication and hits
-    instead, ``multi_turn_chat/18/6`` hits 2640 where vLLM hits 2112 (§1c item 7)."""
-    scenario = fidelity.build_scenario("model", 2 * GIB, 2, 120)
-    differ, off = _variants_against_vllm(scenario, ("release_recency",))
+def test_states_let_go_of_together_are_freed_as_vllm_orders_them() -> None:
+    """SEMANTICS H9b and H9d on vLLM's own cache: seed 2's chat at 2 GiB (bfloat16 state),
+    130 requests: every hit equal. With a checkpoint's recency set by publication and hits
+    instead, ``multi_turn_chat/18/6`` hits 2640 where vLLM hits 2112; with an evicted
+    checkpoint's pages all reusable at once, ``multi_turn_chat/20/3`` hits 528 where vLLM,
+    whose free queue interleaves the states a step freed group by group, evicted it too
+    (§1c items 7 and 8)."""
+    scenario = fidelity.build_scenario("model", 2 * GIB, 2, 130)
+    differ, off = _variants_against_vllm(scenario, ("release_recency", "interleaved_free"))
     assert differ == []
-    assert off["release_recency"] == [118]
+    assert 118 in off["release_recency"]
+    assert off["interleaved_free"] == [122]
