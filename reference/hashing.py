@@ -36,6 +36,8 @@ _ROOT = b"hyckpt-root"
 _UNIT = b"hyckpt-unit"
 _TAIL = b"hyckpt-tail"
 _TOKEN_BYTES = 8
+#: Bytes of one token in :meth:`HashedPrompt.token_bytes` (and in what the digests hash).
+TOKEN_BYTES = _TOKEN_BYTES
 
 
 def _token_array(tokens: Iterable[int]) -> array[int]:
@@ -143,6 +145,12 @@ class HashedPrompt:
         if sys.byteorder == "big":
             packed.byteswap()
         return packed.tolist()
+
+    def token_bytes(self, start: int, stop: int) -> bytes:
+        """Tokens ``[start, stop)`` packed as the digests hash them (little-endian int64,
+        8 bytes a token), clipped to the prompt: for comparing stretches of two prompts
+        without unpacking them."""
+        return self._bytes[start * _TOKEN_BYTES : stop * _TOKEN_BYTES]
 
     def extend(self, more: Sequence[int]) -> HashedPrompt:
         """A new prompt ``self + more`` that reuses every unit digest already computed."""

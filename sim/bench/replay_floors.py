@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from reference.errors import InvalidConfigError
+from reference.hashing import HashedPrompt
 from sim.engine.config import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
@@ -55,9 +56,9 @@ class RecordingPool:
 
 
 def _frozen(argument: Any) -> Any:
-    """A call's argument as recorded: a block count, a digest or ``None`` as is, a
-    sequence of blocks or digests copied (the caller may change it later)."""
-    if argument is None or isinstance(argument, int | bytes):
+    """A call's argument as recorded: a block count, a digest, a prompt or ``None`` as is,
+    a sequence of blocks or digests copied (the caller may change it later)."""
+    if argument is None or isinstance(argument, int | bytes | HashedPrompt):
         return argument
     return list(argument)
 

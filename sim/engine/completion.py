@@ -149,7 +149,9 @@ class Completion(CopyStream):
         if full > seq.registered:
             start = seq.registered
             parent = seq.digests[start - 1] if start else None
-            self.pool.register_many(seq.blocks[start:full], seq.digests[start:full], parent, start)
+            self.pool.register_many(
+                seq.blocks[start:full], seq.digests[start:full], parent, start, seq.hashed
+            )
             seq.registered = full
 
     def _finish(self, seq: Seq) -> None:
@@ -201,7 +203,8 @@ class Completion(CopyStream):
             digests = block_digests(hashed, full, self._units_per_block)
             start = seq.registered
             parent = digests[start - 1] if start else None
-            self.pool.register_many(seq.blocks[start:full], digests[start:full], parent, start)
+            blocks = seq.blocks[start:full]
+            self.pool.register_many(blocks, digests[start:full], parent, start, hashed)
             past_prompt = max(seq.registered, seq.prompt_len // block)
             metrics.generated_blocks_registered += max(0, full - past_prompt)
             seq.registered = full

@@ -436,7 +436,8 @@ class EngineCore:
         block = self._block
         digests = block_digests(hashed, position // block, self._units_per_block)
         keep = pool.deepest_boundary(digests, position, hashed.digest)
-        pool.drop_path(digests, -(-keep // block))
+        full, part = divmod(keep, block)  # a boundary inside a block keeps a stub of it
+        pool.drop_path(digests, full + (part > 0), part)
 
     def _home_block(self, hashed: HashedPrompt, position: int) -> bytes:
         """The digest of the last full KV block before ``position`` of ``hashed``

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from itertools import takewhile
 
 from reference.errors import InvalidConfigError, SlotStateError
+from reference.hashing import HashedPrompt
 
 
 class KVPool:
@@ -241,12 +242,13 @@ class KVPool:
         digests: Iterable[bytes],
         parent: bytes | None = None,
         start: int = 0,
+        source: HashedPrompt | None = None,
     ) -> int:
         """:meth:`register` each block of ``blocks`` under the digest at the same place in
         ``digests``, in order (as many pairs as the shorter has), in one loop; returns how
         many were registered. ``parent`` (the sequence's digest before the first) and
-        ``start`` (the first block's index in its sequence) are for pools that track the
-        prefix tree (:class:`~sim.engine.leaf_kv.LeafKVPool`).
+        ``start`` (the first block's index in its sequence) and ``source`` (the sequence)
+        are for pools that track the prefix tree (:class:`~sim.engine.leaf_kv.LeafKVPool`).
 
         Raises:
             SlotStateError: a block is not held by anyone (the pairs before it are

@@ -31,7 +31,22 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from reference.errors import SlotStateError
+from reference.hashing import TOKEN_BYTES, HashedPrompt
 from sim.engine.kv_pool import KVPool
+
+#: What a stub block's key starts with (followed by the digest it had): never a digest.
+STUB_KEY = b"stub:"
+
+
+def shared_tokens(ours: bytes, theirs: bytes) -> int:
+    """Leading tokens two packed stretches (:meth:`HashedPrompt.token_bytes`) agree on."""
+    size = TOKEN_BYTES
+    tokens = min(len(ours), len(theirs)) // size
+    for index in range(tokens):
+        at = index * size
+        if ours[at : at + size] != theirs[at : at + size]:
+            return index
+    return tokens
 
 
 class LeafKVPool(KVPool):
@@ -44,12 +59,15 @@ class LeafKVPool(KVPool):
     ``keep_copies`` is not supported (SGLang's tree holds one copy of a prefix).
     """
 
-    __slots__ = ("_boundaries", "_children", "_parent")
+    __slots__ = ("_block_tokens", "_boundaries", "_kids", "_parent")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size, keep_copies=False)
         self._parent: dict[bytes, bytes | None] = {}
-        self._children: Counter[bytes] = Counter()
+        # digest -> the registered digests that continue it (its children), when any
+        self._kids: dict[bytes, list[bytes]] = {}
+        # registered digest -> its block's tokens, packed (when the registration said)
+        self._block_tokens: dict[bytes, bytes] = {}
         # home block digest -> {digest of the prefix up to the boundary: its tokens}
         self._boundaries: dict[bytes, dict[bytes, int]] = {}
 
@@ -87,7 +105,16 @@ class LeafKVPool(KVPool):
 
     def children(self, digest: bytes) -> int:
         """Registered digests that continue ``digest`` (its children in the block tree)."""
-        return self._children[digest]
+        return len(self._kids.get(digest, ()))
+
+    def shared_past(self, digest: bytes, tokens: bytes) -> int:
+        """How many leading tokens of ``tokens`` (packed, the block after ``digest`` of
+        some sequence) a registered block continuing ``digest`` starts with: how far
+        into that block a sequence that leaves the cached ones still runs along one of
+        them (0 when none does, or their tokens are not known)."""
+        known = self._block_tokens
+        kids = [kid for kid in self._kids.get(digest, ()) if kid in known]
+        return max((shared_tokens(tokens, known[kid]) for kid in kids), default=0)
 
     def register_many(
         self,
@@ -95,20 +122,26 @@ class LeafKVPool(KVPool):
         digests: Iterable[bytes],
         parent: bytes | None = None,
         start: int = 0,
+        source: HashedPrompt | None = None,
     ) -> int:
         """:meth:`KVPool.register` each pair in order, recording the chain: the first
         digest continues ``parent`` (the sequence's digest before it; ``None`` at its
         start), each later one the digest before it. ``start`` is the first block's index
-        in its sequence: a block that gets its second continuation becomes a node
-        boundary at its end, which stays after either continuation goes (SGLang splits a
-        node where a new sequence leaves it and never merges the parts again). A block
-        whose digest another, free block holds stays private, and that block becomes
-        the most recently used (SGLang's insert keeps the tree's copy and refreshes it,
+        in its sequence, ``source`` the sequence (its tokens, to find where it leaves
+        the cached ones). A registered block that continues a block another registered
+        block already continues makes a node boundary where the new sequence leaves the
+        one it runs along furthest, to the token (inside its first differing block,
+        which needs ``source`` for both; else at that block's start), and the boundary
+        stays after either continuation goes (SGLang splits a node where a new sequence
+        leaves it and never merges the parts again). A block whose digest another, free
+        block holds stays private, and that block becomes the most recently used
+        (SGLang's insert keeps the tree's copy and refreshes it,
         ``UnifiedTreeCore._insert_helper``)."""
         registered = 0
         previous = parent
-        end = start * self.block_size
-        table, cached = self._by_digest, self._cached_free
+        size = self.block_size
+        end = start * size
+        table, cached, known = self._by_digest, self._cached_free, self._block_tokens
         for block, digest in zip(blocks, digests, strict=False):
             cached_copy = table.get(digest)
             if cached_copy is not None and cached_copy != block and cached_copy in cached:
@@ -116,13 +149,57 @@ class LeafKVPool(KVPool):
             if self.register(block, digest):
                 registered += 1
                 self._parent[digest] = previous
+                tokens = source.token_bytes(end, end + size) if source is not None else None
+                if tokens is not None:
+                    known[digest] = tokens
                 if previous is not None:
-                    self._children[previous] += 1
-                    if self._children[previous] == 2:
-                        self.add_boundary(previous, previous, end)
+                    if tokens and previous in self._kids:
+                        self._merge_stubs(self._kids[previous], tokens)
+                    kids = self._kids.setdefault(previous, [])
+                    if kids:  # it leaves a cached sequence: SGLang splits the node there
+                        shared = self.shared_past(previous, tokens) if tokens else 0
+                        if shared:
+                            assert source is not None
+                            self.add_boundary(previous, source.digest(end + shared), end + shared)
+                        else:
+                            self.add_boundary(previous, previous, end)
+                    kids.append(digest)
             previous = digest
-            end += self.block_size
+            end += size
         return registered
+
+    def _merge_stubs(self, kids: list[bytes], tokens: bytes) -> None:
+        """A block with ``tokens`` continues the parent of ``kids``: the stubs among them
+        that it runs all along are part of it now (SGLang's insert goes on through the
+        stub's node), so they give their blocks back."""
+        known = self._block_tokens
+        for kid in [k for k in kids if k.startswith(STUB_KEY) and tokens.startswith(known[k])]:
+            block = self._by_digest[kid]
+            del self._cached_free[block]
+            self._unregister(block)
+            self._unregistered_free.append(block)
+
+    def _make_stub(self, block: int, tokens: int) -> bool:
+        """Keep only the first ``tokens`` of free, cached, childless ``block`` (whose
+        tokens are known): it leaves the prefix cache (no lookup matches it) but stays
+        in its place in the LRU queue as a child of the block before it, with those
+        tokens, as SGLang keeps the head of a node it deleted the rest of; whether it
+        could (else the block stays whole)."""
+        digest = self._digest[block]
+        assert digest is not None
+        known = self._block_tokens.get(digest)
+        if known is None:
+            return False
+        parent = self._parent.get(digest)
+        self._unregister(block)
+        key = STUB_KEY + digest
+        self._digest[block] = key
+        self._by_digest[key] = block
+        self._parent[key] = parent
+        if parent is not None:
+            self._kids.setdefault(parent, []).append(key)
+        self._block_tokens[key] = known[: tokens * TOKEN_BYTES]
+        return True
 
     def _cached_victim(self) -> int:
         """The first free cached block, in LRU order, that no registered block continues:
@@ -137,11 +214,11 @@ class LeafKVPool(KVPool):
         blocks after them under the cached copy, so the cached copy can be free while
         its continuation is held. SGLang keeps one copy, which the running request
         locks."""
-        children, digest_of = self._children, self._digest
+        kids, digest_of = self._kids, self._digest
         for block in self._cached_free:
             digest = digest_of[block]
             assert digest is not None
-            if not children[digest]:
+            if digest not in kids:
                 return block
         return super()._cached_victim()
 
@@ -150,29 +227,39 @@ class LeafKVPool(KVPool):
         super()._unregister(block)
         assert digest is not None
         self._boundaries.pop(digest, None)  # the boundaries filed under it go with it
+        self._block_tokens.pop(digest, None)
         parent = self._parent.pop(digest, None)
         if parent is not None:
-            self._children[parent] -= 1
-            if not self._children[parent]:
-                del self._children[parent]
+            kids = self._kids[parent]
+            kids.remove(digest)
+            if not kids:
+                del self._kids[parent]
 
-    def drop_path(self, digests: Sequence[bytes], keep: int) -> int:
+    def drop_path(self, digests: Sequence[bytes], keep: int, stub: int = 0) -> int:
         """Evict the free cached blocks of ``digests`` (a sequence's block digests, in
         order) from the last back to block ``keep``, stopping at the first one that
         another registered block continues or that a sequence holds; blocks before
-        ``keep`` are kept (a checkpoint needs them). Counted in ``evictions["leaf"]``;
-        returns how many were evicted.
+        ``keep`` are kept (a checkpoint needs them). With ``0 < stub < block_size`` the
+        node boundary lies inside block ``keep - 1``: when everything after it went, it
+        keeps only its first ``stub`` tokens (a stub, :meth:`_make_stub`). Counted in
+        ``evictions["leaf"]`` (a stub is not); returns how many were evicted.
 
         Raises:
-            SlotStateError: ``keep`` is negative.
+            SlotStateError: ``keep`` is negative, or ``stub`` is not in
+                ``[0, block_size)`` or is given with ``keep`` 0.
         """
         if keep < 0:
             raise SlotStateError(f"LeafKVPool.drop_path: keep must be >= 0, got {keep}")
+        if not 0 <= stub < self.block_size or (stub and not keep):
+            raise SlotStateError(
+                f"LeafKVPool.drop_path: stub must be in [0, {self.block_size}) tokens of "
+                f"block keep - 1, got stub={stub} with keep={keep}"
+            )
         by_digest, cached, ref = self._by_digest, self._cached_free, self._ref
         dropped = 0
         for index in range(len(digests) - 1, keep - 1, -1):
             digest = digests[index]
-            if self._children[digest]:
+            if digest in self._kids:
                 break  # another cached sequence continues this block
             block = by_digest.get(digest)
             if block is None:
@@ -183,6 +270,12 @@ class LeafKVPool(KVPool):
             self._unregister(block)
             self._unregistered_free.append(block)
             dropped += 1
+        else:
+            if stub and keep <= len(digests):
+                digest = digests[keep - 1]
+                block = by_digest.get(digest)
+                if block is not None and not ref[block] and digest not in self._kids:
+                    self._make_stub(block, stub)
         if dropped:
             self.evictions["leaf"] += dropped
         return dropped
@@ -192,6 +285,8 @@ class LeafKVPool(KVPool):
         if set(self._parent) != set(self._by_digest):
             problems.append("the digests with a recorded parent are not the registered ones")
         counted = Counter(parent for parent in self._parent.values() if parent is not None)
-        if counted != self._children:
-            problems.append("children counts disagree with the recorded parents")
+        if counted != Counter({digest: len(kids) for digest, kids in self._kids.items()}):
+            problems.append("children disagree with the recorded parents")
+        if not set(self._block_tokens) <= set(self._by_digest):
+            problems.append("tokens are kept for a digest that is not registered")
         return problems

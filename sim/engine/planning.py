@@ -143,7 +143,7 @@ class Planning(EngineCore):
         if p < cached_end < n and cached_end not in branch:
             branch = (*branch, cached_end)
         if self._drop_leaf_kv and present and cached_end < n:
-            self._split_at_match_end(seq.digests[present - 1], cached_end)
+            self._split_at_match_end(seq, present)
         end = self._chunk_end(p, n, budget, branch)
         if end == p:  # an aligned chunk needs a block of budget: wait for the next step
             return 0
@@ -196,15 +196,23 @@ class Planning(EngineCore):
         self._plan_chunk(seq, p, end, plan)
         return end - p
 
-    def _split_at_match_end(self, last_matched: bytes, cached_end: int) -> None:
-        """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV ends where a cached
-        sequence goes on (another block continues the last one matched) makes that
-        position a node boundary, as SGLang's match splits the radix node it stops
-        inside (``UnifiedTreeCore._match_prefix_helper``)."""
-        pool = self.pool
-        assert isinstance(pool, LeafKVPool)
-        if pool.children(last_matched):
-            pool.add_boundary(last_matched, last_matched, cached_end)
+    def _split_at_match_end(self, seq: Seq, present: int) -> None:
+        """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV (``present`` full
+        blocks of ``seq``'s prompt) ends where a cached sequence goes on (another block
+        continues the last one matched) makes a node boundary where the prompt leaves
+        that sequence, to the token (inside the next block when the prompt shares its
+        first tokens with a cached continuation; SGLang matches up to the prompt's last
+        token but one), as SGLang's match splits the radix node it stops inside
+        (``UnifiedTreeCore._match_prefix_helper``)."""
+        pool, hashed = self.pool, seq.hashed
+        assert isinstance(pool, LeafKVPool) and hashed is not None
+        last = seq.digests[present - 1]
+        if not pool.children(last):
+            return
+        end = present * self._block
+        limit = min(end + self._block, seq.prompt_len - 1)
+        shared = pool.shared_past(last, hashed.token_bytes(end, limit))
+        pool.add_boundary(last, hashed.digest(end + shared) if shared else last, end + shared)
 
     def _before_first_lookup(self, seq: Seq) -> None:
         """``seq`` is about to look up for the first time: tell the alpha tuner how many

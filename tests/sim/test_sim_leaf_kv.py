@@ -17,9 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.errors import InvalidConfigError, SlotStateError
+from reference.hashing import HashedPrompt
 from sim.engine import SimConfig
 from sim.engine.hits import block_digests
-from sim.engine.leaf_kv import LeafKVPool
+from sim.engine.leaf_kv import STUB_KEY, LeafKVPool, shared_tokens
 from sim.scenarios.loader import build_scenario
 from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
@@ -78,26 +79,34 @@ def test_lru_reuse_of_a_cached_block_updates_the_tree() -> None:
     assert pool.children(a[1]) == 0 and pool.check() == []
 
 
-#: One pool operation: what, on which of three sequences, how many blocks.
+#: One pool operation: what, on which of three sequences, how many blocks (and, for a
+#: drop, the tokens of a stub to keep).
 OPERATIONS = st.lists(
     st.tuples(
         st.sampled_from(["grow", "release", "drop"]),
         st.integers(0, 2),
         st.integers(1, 4),
+        st.integers(0, 15),
     ),
     max_size=40,
 )
 
 
+def hashed(tokens: list[int]) -> HashedPrompt:
+    return HashedPrompt(tokens, namespace="t", unit=1)
+
+
 @given(ops=OPERATIONS)
 def test_the_tree_stays_consistent_under_any_operations(
-    ops: list[tuple[str, int, int]],
+    ops: list[tuple[str, int, int, int]],
 ) -> None:
-    # Three sequences sharing a root block: their chains diverge after it.
+    # Three 112-token sequences sharing their first 16 + 3n tokens (n = 0, 1, 2), so
+    # each leaves the others inside block 1; drops may keep stubs.
     pool = LeafKVPool(10, 16)
-    chains = [[b"root", *chain(f"s{n}-", 6)] for n in range(3)]
+    prompts = [hashed(list(range(16 + 3 * n)) + [1000 * (n + 1)] * (96 - 3 * n)) for n in range(3)]
+    chains = [block_digests(prompt, 7, 16) for prompt in prompts]
     held: dict[int, list[int]] = {}
-    for op, seq, count in ops:
+    for op, seq, count, stub in ops:
         digests = chains[seq]
         if op == "grow" and seq not in held:
             shared = pool.match(digests)
@@ -110,11 +119,13 @@ def test_the_tree_stays_consistent_under_any_operations(
                 blocks[shared:],
                 digests[shared : len(blocks)],
                 (digests[shared - 1] if shared else None),
+                shared,
+                prompts[seq],
             )
         elif op == "release" and seq in held:
             pool.release(held.pop(seq))
         elif op == "drop":
-            pool.drop_path(digests[: 1 + count], keep=0)
+            pool.drop_path(digests[: 1 + count], keep=1 + count // 2, stub=stub)
         assert pool.check() == []
 
 
@@ -251,10 +262,13 @@ def test_a_block_continued_two_ways_is_a_node_boundary_for_good() -> None:
 def test_a_lookup_that_stops_inside_a_cached_sequence_splits_it() -> None:
     # One checkpoint slot, B = 16, one 64-token chunk each, replay. a (64 tokens): its
     # state at 64, blocks 0-3. b shares a's first 20 tokens: its lookup matches block 0
-    # only and stops where a's sequence goes on, so 16 becomes a node boundary (SGLang's
-    # match splits a's node at 20). b's state at 64 evicts a's, a leaf: its KV goes back
-    # to that boundary, blocks 1-3, and block 0 stays (without the split all 4 would go,
-    # and b's own copy of block 0 would be cached in its place when b's chunk ends).
+    # only and stops 4 tokens into a's block 1, so 20 becomes a node boundary (SGLang's
+    # match splits a's node there). b's state at 64 evicts a's, a leaf: its KV goes back
+    # to that boundary: blocks 2-3 go, block 1 keeps its first 4 tokens as a stub that
+    # no lookup matches (SGLang's node [16, 20)), and block 0 stays (without the split
+    # all 4 would go, and b's own copy of block 0 would be cached in its place when b's
+    # chunk ends). When b's chunk ends its block 1, which runs through the stub's 4
+    # tokens, takes the stub's place (SGLang's insert goes on from that node).
     config = dataclasses.replace(TWO_SLOTS, checkpoint_slots=1, token_budget=64, drop_leaf_kv=True)
     a = Prompt([(1, 64)])
     b = Prompt([(1, 20), (2, 44)])
@@ -268,7 +282,10 @@ def test_a_lookup_that_stops_inside_a_cached_sequence_splits_it() -> None:
     units = config.block_size // config.unit
     a_digests = block_digests(a.hashed(engine._namespace, config.unit), 4, units)
     assert engine.metrics.hit_tokens == 0
-    assert pool.match(a_digests) == 1 and pool.evictions["leaf"] == 3
+    assert pool.match(a_digests) == 1 and pool.evictions["leaf"] == 2
+    assert pool.block_for(STUB_KEY + a_digests[1]) is None
+    assert pool.children(a_digests[0]) == 1  # b's own block 1
+    assert pool.check() == []
 
 
 def test_registering_a_cached_digest_again_refreshes_the_cached_copy() -> None:
@@ -287,3 +304,65 @@ def test_registering_a_cached_digest_again_refreshes_the_cached_copy() -> None:
     assert pool.register_many(again, [b"a0"]) == 0
     assert pool.allocate(2) == [3, y[0]]  # the last unregistered block, then y, not x
     assert pool.block_for(b"a0") == x[0] and pool.block_for(b"b0") is None
+
+
+def two_sequences() -> tuple[HashedPrompt, HashedPrompt]:
+    """a: tokens 0..63. b: a's first 21 tokens, then others (it leaves a 5 tokens into
+    block 1)."""
+    return hashed(list(range(64))), hashed(list(range(21)) + [500 + i for i in range(43)])
+
+
+def test_a_sequence_leaving_a_cached_one_inside_a_block_splits_it_at_that_token() -> None:
+    # SGLang's insert splits a node where the new sequence leaves it, to the token: b
+    # registered under a's block 0 leaves a's block 1 at token 21, so 21 (not 16) is the
+    # node boundary on both prefixes, and a lookup of a prompt sharing 25 tokens with a
+    # runs 9 tokens into a's block 1.
+    a, b = two_sequences()
+    a_digests, b_digests = block_digests(a, 4, 16), block_digests(b, 4, 16)
+    pool = LeafKVPool(8, 16)
+    held = pool.allocate(7)
+    assert held is not None
+    pool.register_many(held[:4], a_digests, None, 0, a)
+    pool.register_many(held[4:], b_digests[1:], a_digests[0], 1, b)
+    assert pool.deepest_boundary(a_digests, 64, a.digest) == 21
+    assert pool.deepest_boundary(b_digests, 64, b.digest) == 21
+    probe = hashed(list(range(25)) + [9] * 7)
+    assert pool.shared_past(a_digests[0], probe.token_bytes(16, 32)) == 9
+    assert shared_tokens(a.token_bytes(16, 32), b.token_bytes(16, 32)) == 5
+    # Without the tokens (no source), the boundary is the block's start, as before.
+    blind = LeafKVPool(8, 16)
+    held = blind.allocate(7)
+    assert held is not None
+    blind.register_many(held[:4], a_digests)
+    blind.register_many(held[4:], b_digests[1:], a_digests[0], 1)
+    assert blind.deepest_boundary(a_digests, 64, a.digest) == 16
+
+
+def test_a_stub_keeps_the_head_of_a_block_matches_nothing_and_merges_into_a_block() -> None:
+    # a's blocks 0-3 cached and free; dropping its path back to a boundary at 21 evicts
+    # blocks 3 and 2 and keeps 5 tokens of block 1: a stub, still a child of block 0 (so
+    # block 0 is no leaf), matched by no lookup, and the first thing LRU takes of what
+    # is left. A later sequence whose block 1 runs through the stub's 5 tokens takes its
+    # place (SGLang's insert goes on through that node): the stub's block is free again.
+    a = two_sequences()[0]
+    a_digests = block_digests(a, 4, 16)
+    pool = LeafKVPool(8, 16)
+    held = pool.allocate(4)
+    assert held is not None
+    pool.register_many(held, a_digests, None, 0, a)
+    pool.release(held)
+    assert pool.drop_path(a_digests, keep=2, stub=5) == 2
+    stub = pool.block_for(STUB_KEY + a_digests[1])
+    assert stub == held[1] and pool.match(a_digests) == 1
+    assert pool.children(a_digests[0]) == 1 and pool.check() == []
+    assert pool.shared_past(a_digests[0], a.token_bytes(16, 32)) == 5  # no further
+    c = hashed(list(range(21)) + [7] * 11)
+    fresh = pool.allocate(1)
+    assert fresh is not None and pool.block_for(STUB_KEY + a_digests[1]) == stub
+    pool.register_many(fresh, block_digests(c, 2, 16)[1:], a_digests[0], 1, c)
+    assert pool.block_for(STUB_KEY + a_digests[1]) is None
+    assert pool.children(a_digests[0]) == 1 and pool.check() == []
+    with pytest.raises(SlotStateError, match="stub must be in"):
+        pool.drop_path(a_digests, keep=0, stub=3)
+    with pytest.raises(SlotStateError, match="stub must be in"):
+        pool.drop_path(a_digests, keep=2, stub=16)

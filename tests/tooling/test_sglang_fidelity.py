@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -43,6 +44,7 @@ from engines import fidelity_common, sglang_fidelity, sglang_replay  # noqa: E40
 from engines.replay_common import ReplayRequest  # noqa: E402
 from reference.conformance.loading import load_implementation  # noqa: E402
 from reference.sizes import get_model  # noqa: E402
+from sim.engine.leaf_kv import LeafKVPool  # noqa: E402
 from sim.engine.presets import sglang_mamba_chunk_size  # noqa: E402
 from sim.engine.run import run_simulation  # noqa: E402
 
@@ -411,3 +413,26 @@ def test_each_admitted_request_takes_the_presets_running_states(
     assert int(tree.mamba_evictable_size()) == cached - max(0, taken - free)
     scenario = fidelity_common.engine_presets_scenario(2 * GIB, SEED, 20, engine=preset)
     assert scenario.sim_config.running_states == per_request
+
+
+def _differing_on(workload: str, gib: int) -> list[int]:
+    comparison = sglang_fidelity.compare(
+        gib * GIB, SEED, 200, "sglang", strategy="extra_buffer", workload=workload
+    )
+    return comparison.differing()
+
+
+def test_node_boundaries_fall_on_the_token_where_prompts_part() -> None:
+    """SEMANTICS H10 against SGLang itself (docs/SIMULATION.md §1d, "Other traffic"), 200
+    requests, ``extra_buffer``: SGLang's radix tree splits a node at the token where a
+    prompt leaves it, and deleting the part after keeps the head of a block (a stub).
+    few_shot_branching at 5 GiB and retrieval_qa at 2 GiB: every hit equal. With node
+    boundaries at block starts (the pool not told the tokens) 12 few-shot requests
+    differ; with boundaries to the token but no stubs (the block containing a boundary
+    kept whole, so lookups match past SGLang's), 1 retrieval request does."""
+    assert _differing_on("few_shot_branching", 5) == []
+    assert _differing_on("retrieval_qa", 2) == []
+    with mock.patch.object(LeafKVPool, "shared_past", return_value=0):
+        assert len(_differing_on("few_shot_branching", 5)) == 12
+    with mock.patch.object(LeafKVPool, "_make_stub", return_value=False):
+        assert _differing_on("retrieval_qa", 2) == [192]
