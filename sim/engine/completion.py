@@ -149,6 +149,8 @@ class Completion(CopyStream):
         if full > seq.registered:
             start = seq.registered
             parent = seq.digests[start - 1] if start else None
+            if self._adopt_cached:  # SEMANTICS H10a
+                self.pool.adopt_cached(seq.blocks, start, full, seq.digests)
             self.pool.register_many(
                 seq.blocks[start:full], seq.digests[start:full], parent, start, seq.hashed
             )
@@ -203,6 +205,8 @@ class Completion(CopyStream):
             digests = block_digests(hashed, full, self._units_per_block)
             start = seq.registered
             parent = digests[start - 1] if start else None
+            if self._adopt_cached:  # SEMANTICS H10a
+                self.pool.adopt_cached(seq.blocks, start, full, digests)
             blocks = seq.blocks[start:full]
             self.pool.register_many(blocks, digests[start:full], parent, start, hashed)
             past_prompt = max(seq.registered, seq.prompt_len // block)

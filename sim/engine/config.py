@@ -273,6 +273,14 @@ class SimConfig:
             registered as another copy, so the prefix stays cached as long as its most
             recently used copy (vLLM's ``BlockHashToBlockMap`` keeps every copy);
             ``False``: the copy stays private and is reused first.
+        adopt_cached_blocks: a KV block a request computed again under a digest that is
+            already registered (its hit stopped short of the cached prefix) is swapped
+            for the cached copy when the request registers its blocks: it holds the
+            cached block from then on and its own goes back to the free pool, as
+            SGLang's insert frees a request's duplicate KV and repoints the request at
+            the tree's (``UnifiedRadixCache.checkpoint_into_tree``; docs/SEMANTICS.md
+            H10a); needs ``keep_block_copies=False``; ``False``: the request keeps its
+            private copy until it finishes.
         drop_leaf_kv: split memory: when a checkpoint that no cached KV continues is
             evicted, its free cached KV blocks go too, back to the nearest block another
             cached sequence continues, a sequence holds, or a cached checkpoint on its
@@ -396,6 +404,7 @@ class SimConfig:
     kv_up_to_checkpoint: bool = False
     capture_all: bool = False
     keep_block_copies: bool = False
+    adopt_cached_blocks: bool = False
     drop_leaf_kv: bool = False
     running_states: int = 0
     state_handover: bool = False
@@ -514,6 +523,7 @@ class SimConfig:
             "kv_up_to_checkpoint",
             "capture_all",
             "keep_block_copies",
+            "adopt_cached_blocks",
             "drop_leaf_kv",
             "state_handover",
             "block_aligned_chunks",
@@ -593,6 +603,11 @@ class SimConfig:
                 "SimConfig.interleaved_free orders the pages of the checkpoints a chunk lets "
                 "go of in the unified budget: it needs memory='unified' and "
                 "release_recency=True"
+            )
+        if self.adopt_cached_blocks and self.keep_block_copies:
+            raise InvalidConfigError(
+                "SimConfig.adopt_cached_blocks swaps a recomputed block for the one cached "
+                "copy, and keep_block_copies caches it as another copy: set one of them"
             )
         if self.drop_leaf_kv and (self.memory != "split" or self.keep_block_copies):
             raise InvalidConfigError(

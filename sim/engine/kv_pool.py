@@ -273,6 +273,28 @@ class KVPool:
             registered += 1
         return registered
 
+    def adopt_cached(
+        self, blocks: list[int], start: int, stop: int, digests: Sequence[bytes]
+    ) -> int:
+        """Swap each private block ``blocks[i]`` (``start <= i < stop``) whose digest
+        ``digests[i]`` another block is registered under for that block, in place: the
+        sequence holds the cached copy (refcount + 1, out of the free queue if it was
+        free) and gives its own back (unregistered, reused first). Returns how many were
+        swapped. The copies hold the same KV (the prefix determines it bitwise), so a
+        real-tensor backend reading the cached page reads what it wrote."""
+        table, digest_of = self._by_digest, self._digest
+        swapped = 0
+        for index in range(start, min(stop, len(blocks), len(digests))):
+            own = blocks[index]
+            cached = table.get(digests[index])
+            if cached is None or cached == own or digest_of[own] is not None:
+                continue
+            self._take([cached])
+            self.release([own])
+            blocks[index] = cached
+            swapped += 1
+        return swapped
+
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference to each of ``blocks`` (a sequence's table), last block first.
 

@@ -106,6 +106,8 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.decodes_share_budget": False,
         # One radix tree: evicting a leaf's state deletes the leaf with its KV.
         "cache.drop_leaf_kv": True,
+        # checkpoint_into_tree frees a request's duplicate KV and repoints it at the tree's.
+        "cache.adopt_cached_blocks": True,
     }
 
 

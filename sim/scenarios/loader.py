@@ -584,6 +584,7 @@ def _assemble(
             release_recency=cache["release_recency"],
             interleaved_free=cache["interleaved_free"],
             drop_leaf_kv=cache["drop_leaf_kv"],
+            adopt_cached_blocks=cache["adopt_cached_blocks"],
             workload_hints=placement["workload_hints"],
             checkpoint_share=cache["checkpoint_share"],
             checkpoint_share_rule=cache["checkpoint_share_rule"],

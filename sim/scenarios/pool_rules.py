@@ -96,6 +96,19 @@ def checked_pools(
                 else ""
             ),
         )
+    if cache["adopt_cached_blocks"] and cache["keep_block_copies"]:
+        raise ScenarioError(
+            where,
+            "cache.keep_block_copies",
+            cache["keep_block_copies"],
+            "false while cache.adopt_cached_blocks = true (that swaps a recomputed block for "
+            "the one cached copy)"
+            + (
+                " (adopt_cached_blocks is set by cache.engine; set it to false to keep copies)"
+                if "cache.adopt_cached_blocks" in preset_keys
+                else ""
+            ),
+        )
     if cache["memory"] == "unified":
         refuse_pool_sizes(
             given_cache,

@@ -412,6 +412,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "a KV block computed again under a cached digest is cached as another copy "
             "(vLLM); false: it stays private",
         ),
+        "adopt_cached_blocks": Key(
+            boolean,
+            False,
+            "a KV block computed again under a cached digest is swapped for the cached "
+            "copy when the request registers its blocks, its own freed (SGLang's insert); "
+            "not with keep_block_copies",
+        ),
         "drop_leaf_kv": Key(
             boolean,
             False,

@@ -208,6 +208,7 @@ def test_the_least_recently_used_leaf_goes_first_never_a_block_it_continues() ->
         "block_aligned_chunks",
         "release_recency",
         "interleaved_free",
+        "adopt_cached_blocks",
     ],
 )
 def test_a_new_switch_of_the_wrong_type_is_refused_naming_it(key: str) -> None:

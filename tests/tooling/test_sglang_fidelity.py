@@ -44,6 +44,7 @@ from engines import fidelity_common, sglang_fidelity, sglang_replay  # noqa: E40
 from engines.replay_common import ReplayRequest  # noqa: E402
 from reference.conformance.loading import load_implementation  # noqa: E402
 from reference.sizes import get_model  # noqa: E402
+from sim.engine.kv_pool import KVPool  # noqa: E402
 from sim.engine.leaf_kv import LeafKVPool  # noqa: E402
 from sim.engine.presets import sglang_mamba_chunk_size  # noqa: E402
 from sim.engine.run import run_simulation  # noqa: E402
@@ -436,3 +437,16 @@ def test_node_boundaries_fall_on_the_token_where_prompts_part() -> None:
         assert len(_differing_on("few_shot_branching", 5)) == 12
     with mock.patch.object(LeafKVPool, "_make_stub", return_value=False):
         assert _differing_on("retrieval_qa", 2) == [192]
+
+
+def test_a_request_holds_a_prefix_it_computed_again_once() -> None:
+    """SEMANTICS H10a against SGLang itself (docs/SIMULATION.md §1d, "Other traffic"), 200
+    requests at 2 GiB, ``extra_buffer``: SGLang's insert frees the KV a request computed
+    again for a prefix its tree holds, after every chunk. long_document_qa (prompts up
+    to 65k tokens recomputed from a shorter hit) and agentic_loop: every hit equal; with
+    the request keeping its copy until it finishes, 8 and 13 differ."""
+    assert _differing_on("long_document_qa", 2) == []
+    assert _differing_on("agentic_loop", 2) == []
+    with mock.patch.object(KVPool, "adopt_cached", return_value=0):
+        assert len(_differing_on("long_document_qa", 2)) == 8
+        assert len(_differing_on("agentic_loop", 2)) == 13
