@@ -68,6 +68,24 @@ def chain_units(previous: bytes, data: bytes, unit_bytes: int) -> list[bytes]:
     return links
 
 
+def prefix_digests(previous: bytes, data: bytes, unit: int) -> list[bytes]:
+    """The digest :meth:`HashedPrompt.digest` gives after each token of ``data`` (packed
+    tokens, :meth:`HashedPrompt.token_bytes`) for a prompt that continues with ``data``
+    from a unit boundary whose digest is ``previous``: whole units chain with
+    :func:`unit_link`, a partial unit is the tail digest of the last whole one."""
+    digests: list[bytes] = []
+    head, size = previous, _TOKEN_BYTES
+    for end in range(1, len(data) // size + 1):
+        tail = end % unit
+        if tail == 0:
+            head = unit_link(head, data[(end - unit) * size : end * size])
+            digests.append(head)
+        else:
+            part = data[(end - tail) * size : end * size]
+            digests.append(blake2b(head + part, digest_size=DIGEST_BYTES, person=_TAIL).digest())
+    return digests
+
+
 #: A hasher keyed for unit links and fed nothing yet: copies of it hash one link each.
 _UNIT_HASHER = blake2b(digest_size=DIGEST_BYTES, person=_UNIT)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 import simpy
 
-from reference.api import AlreadyCached, EntryCost, Reservation
+from reference.api import AlreadyCached, EntryCost, Reservation, SlotState
 from reference.errors import HyckptError, InvalidConfigError
 from reference.hashing import HashedPrompt
 from sim.engine.alpha_tuning import AlphaTuner
@@ -116,7 +116,9 @@ class EngineCore:
             self._ledger = self._shared_pool.ledger
             self.pool: KVPool = self._shared_pool
         elif config.drop_leaf_kv:
-            self.pool = LeafKVPool(config.kv_capacity(), config.block_size)
+            leaf_pool = LeafKVPool(config.kv_capacity(), config.block_size, config.unit)
+            leaf_pool.on_leaf_evicted = self._leaf_kv_evicted
+            self.pool = leaf_pool
         else:
             self.pool = KVPool(
                 config.kv_capacity(), config.block_size, keep_copies=config.keep_block_copies
@@ -439,6 +441,26 @@ class EngineCore:
         keep = pool.deepest_boundary(digests, position, hashed.digest)
         full, part = divmod(keep, block)  # a boundary inside a block keeps a stub of it
         pool.drop_path(digests, full + (part > 0), part)
+
+    def _leaf_kv_evicted(self, digest: bytes) -> None:
+        """``drop_leaf_kv`` (SEMANTICS H10): KV pressure evicted the cached block
+        ``digest``, a leaf of the block tree. A checkpoint whose last full block it was
+        (its home block) can no longer be used; SGLang deletes that radix node with its
+        state and the rest of its KV, so the checkpoint is invalidated (the index counts
+        it under ``invalidate``) and its free cached KV goes back to its node's start."""
+        gone = [
+            (slot, hashed, position)
+            for slot, (hashed, position) in self._slot_prompt.items()
+            if position >= self._block and self._home_block(hashed, position) == digest
+        ]
+        for slot, hashed, position in gone:
+            if self.index.slot_state(slot) != SlotState.PUBLISHED or self.index.pins(slot):
+                continue  # being written or read: it stays until its holder is done
+            key = self.index.make_key(self._namespace, hashed, position)
+            if not self.index.invalidate(key):
+                continue
+            self._drop_leaf_kv_of(slot, hashed, position)
+            self._release_bytes(slot)
 
     def _home_block(self, hashed: HashedPrompt, position: int) -> bytes:
         """The digest of the last full KV block before ``position`` of ``hashed``

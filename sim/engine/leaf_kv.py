@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from reference.errors import SlotStateError
-from reference.hashing import TOKEN_BYTES, HashedPrompt
+from reference.errors import InvalidConfigError, SlotStateError
+from reference.hashing import TOKEN_BYTES, HashedPrompt, prefix_digests
 from sim.engine.kv_pool import KVPool
 
 #: What a stub block's key starts with (followed by the digest it had): never a digest.
@@ -59,10 +59,20 @@ class LeafKVPool(KVPool):
     ``keep_copies`` is not supported (SGLang's tree holds one copy of a prefix).
     """
 
-    __slots__ = ("_block_tokens", "_boundaries", "_kids", "_parent")
+    __slots__ = ("_block_tokens", "_boundaries", "_kids", "_parent", "_unit", "on_leaf_evicted")
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, unit: int = 1) -> None:
         super().__init__(num_blocks, block_size, keep_copies=False)
+        if isinstance(unit, bool) or not isinstance(unit, int) or unit < 1 or block_size % unit:
+            raise InvalidConfigError(
+                f"LeafKVPool unit must be an int >= 1 dividing block_size {block_size}, "
+                f"got {unit!r}"
+            )
+        self._unit = unit  # the hash unit of the digests (for a boundary's prefix digest)
+        #: Told the digest of each cached block :meth:`allocate` evicts (a leaf of the
+        #: block tree), after it left the cache; may free more blocks, which the same
+        #: allocation then takes first.
+        self.on_leaf_evicted: Callable[[bytes], None] | None = None
         self._parent: dict[bytes, bytes | None] = {}
         # digest -> the registered digests that continue it (its children), when any
         self._kids: dict[bytes, list[bytes]] = {}
@@ -142,11 +152,14 @@ class LeafKVPool(KVPool):
         size = self.block_size
         end = start * size
         table, cached, known = self._by_digest, self._cached_free, self._block_tokens
+        extends = True  # the next block registered continues what was cached before
         for block, digest in zip(blocks, digests, strict=False):
             cached_copy = table.get(digest)
             if cached_copy is not None and cached_copy != block and cached_copy in cached:
                 cached.move_to_end(cached_copy)
-            if self.register(block, digest):
+            if not self.register(block, digest):
+                extends = True
+            else:
                 registered += 1
                 self._parent[digest] = previous
                 tokens = source.token_bytes(end, end + size) if source is not None else None
@@ -163,7 +176,12 @@ class LeafKVPool(KVPool):
                             self.add_boundary(previous, source.digest(end + shared), end + shared)
                         else:
                             self.add_boundary(previous, previous, end)
+                    elif extends and previous in table:
+                        # It continues where a cached path ends: SGLang's insert hangs a
+                        # new node there (nodes are never merged).
+                        self.add_boundary(previous, previous, end)
                     kids.append(digest)
+                extends = False
             previous = digest
             end += size
         return registered
@@ -200,6 +218,77 @@ class LeafKVPool(KVPool):
             self._kids.setdefault(parent, []).append(key)
         self._block_tokens[key] = known[: tokens * TOKEN_BYTES]
         return True
+
+    def allocate(self, count: int) -> list[int] | None:
+        """:meth:`KVPool.allocate`, one block at a time, telling :attr:`on_leaf_evicted`
+        of each cached block it evicts: whatever that frees serves the rest of the
+        allocation before another cached block goes (SGLang frees a whole radix node,
+        and the tokens past what it needed wait for the next allocation)."""
+        if count > self.free_count():
+            return None
+        ref, cached, unregistered, digest_of = (
+            self._ref,
+            self._cached_free,
+            self._unregistered_free,
+            self._digest,
+        )
+        blocks: list[int] = []
+        while len(blocks) < count:
+            if unregistered:
+                block = unregistered.pop()
+            else:
+                block = self._cached_victim()
+                digest = digest_of[block]
+                assert digest is not None
+                parent, tokens = self._parent.get(digest), self._block_tokens.get(digest)
+                del cached[block]
+                self._unregister(block)
+                self.evictions["lru"] += 1
+                ref[block] = 1  # held while the rest of its node goes
+                if self.on_leaf_evicted is not None:
+                    self.on_leaf_evicted(digest)
+                self._drop_rest_of_node(parent, tokens)
+            ref[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def _drop_rest_of_node(self, parent: bytes | None, tokens: bytes | None) -> None:
+        """KV pressure evicted a leaf block (it continued ``parent``; its tokens were
+        ``tokens``): SGLang evicts a whole radix node, so the free cached blocks before
+        it go too, back to the node's start: a node boundary at the end of a block or
+        inside the block after it on this path, a block another registered block
+        continues, or a block a sequence holds (counted in ``evictions["leaf"]``)."""
+        by_digest, cached, ref, kids = self._by_digest, self._cached_free, self._ref, self._kids
+        if self._head_before_boundary(parent, tokens):
+            return  # the evicted block's node started inside it
+        while parent is not None:
+            if parent in self._boundaries.get(parent, ()):
+                return  # the node starts at this block's end
+            block = by_digest.get(parent)
+            if block is None or parent in kids or ref[block] or block not in cached:
+                return
+            grandparent, tokens = self._parent.get(parent), self._block_tokens.get(parent)
+            head = self._head_before_boundary(grandparent, tokens)
+            if head:  # the node starts inside this block: its head stays, a stub
+                self._make_stub(block, head)
+                return
+            del cached[block]
+            self._unregister(block)
+            self._unregistered_free.append(block)
+            self.evictions["leaf"] += 1
+            parent = grandparent
+
+    def _head_before_boundary(self, parent: bytes | None, tokens: bytes | None) -> int:
+        """Tokens of the block after ``parent`` (whose tokens are ``tokens``) before the
+        last node boundary inside it (0: none, or not known)."""
+        if parent is None or not tokens:
+            return 0
+        points = self._boundaries.get(parent)
+        if not points:
+            return 0
+        inside = tokens[: (self.block_size - 1) * TOKEN_BYTES]
+        digests = prefix_digests(parent, inside, self._unit)
+        return max((i + 1 for i, digest in enumerate(digests) if digest in points), default=0)
 
     def _cached_victim(self) -> int:
         """The first free cached block, in LRU order, that no registered block continues:

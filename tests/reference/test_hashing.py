@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 from reference.errors import InvalidConfigError, InvalidTokenCountError
 from reference.hashing import (
     DIGEST_BYTES,
+    TOKEN_BYTES,
     HashedPrompt,
     _chain_units_fast,
     chain_units,
+    prefix_digests,
     root_digest,
     unit_link,
 )
@@ -213,7 +215,7 @@ def test_unit_digests_are_the_spec_chain_whatever_the_order_asked(data: st.DataO
     """A HashedPrompt's unit digests (filled by the fast path, a piece at a time, across
     ``extend``) are the chain the spec builds from scratch with ``unit_link``."""
     unit = data.draw(st.integers(1, 9), label="hash unit (tokens)")
-    tokens = data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60), label="tokens")
+    tokens = data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60))
     cut = data.draw(st.integers(0, len(tokens)), label="tokens before extend")
     first = HashedPrompt(tokens[:cut], namespace="m", extras=("x",), unit=unit)
     asked_first = data.draw(st.integers(0, cut // unit), label="units asked before extend")
@@ -227,3 +229,21 @@ def test_unit_digests_are_the_spec_chain_whatever_the_order_asked(data: st.DataO
     for start in range(0, len(tokens) // unit * unit, unit):
         spec.append(unit_link(spec[-1], _le_bytes(tokens[start : start + unit])))
     assert [got[units] for units in range(len(spec))] == spec
+
+
+@given(
+    tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=60),
+    unit=st.integers(1, 5),
+    start_units=st.integers(0, 12),
+)
+def test_prefix_digests_continue_a_prompt_from_a_unit_boundary(
+    tokens: list[int], unit: int, start_units: int
+) -> None:
+    # Every token after a unit boundary: the digest the whole prompt gives there, whole
+    # units chained and a partial unit as a tail digest.
+    start = min(start_units * unit, len(tokens) // unit * unit)
+    prompt = HashedPrompt(tokens, namespace="n", unit=unit)
+    data = prompt.token_bytes(start, len(tokens))
+    assert len(data) == (len(tokens) - start) * TOKEN_BYTES
+    expected = [prompt.digest(end) for end in range(start + 1, len(tokens) + 1)]
+    assert prefix_digests(prompt.digest(start), data, unit) == expected

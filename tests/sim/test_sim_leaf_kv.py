@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,7 @@ from reference.hashing import HashedPrompt
 from sim.engine import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.leaf_kv import STUB_KEY, LeafKVPool, shared_tokens
+from sim.engine.replay import Replayer
 from sim.scenarios.loader import build_scenario
 from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
@@ -367,3 +369,68 @@ def test_a_stub_keeps_the_head_of_a_block_matches_nothing_and_merges_into_a_bloc
         pool.drop_path(a_digests, keep=0, stub=3)
     with pytest.raises(SlotStateError, match="stub must be in"):
         pool.drop_path(a_digests, keep=2, stub=16)
+
+
+def test_kv_pressure_evicts_a_leafs_whole_node() -> None:
+    # a: 64 tokens in 4 blocks, cached and free. Allocating 5 blocks when 1 is
+    # unregistered takes a3, the least recently used leaf, and SGLang frees that radix
+    # node whole, back to its start, and serves the rest of the allocation from it
+    # before another cached block goes: with a node boundary at 32 (the end of a1), a2
+    # goes with it and a0, a1 stay; without one the node runs back to the start and all
+    # of a goes; with one at 37 (inside a2), a2 keeps its first 5 tokens as a stub.
+    a = hashed(list(range(64)))
+    digests = block_digests(a, 4, 16)
+    for boundary, kept, stub in ((32, 2, False), (None, 0, False), (37, 2, True)):
+        pool = LeafKVPool(5, 16)
+        held = pool.allocate(4)
+        assert held is not None
+        pool.register_many(held, digests, None, 0, a)
+        if boundary is not None:
+            pool.add_boundary(digests[1], a.digest(boundary), boundary)
+        pool.release(held)
+        taken = pool.allocate(1 + (4 - kept) - stub)
+        assert taken is not None and pool.evictions["lru"] == 1
+        assert pool.evictions["leaf"] == 3 - kept - stub
+        assert pool.match(digests) == kept, boundary
+        assert (pool.block_for(STUB_KEY + digests[2]) is not None) == stub
+        assert pool.check() == []
+
+
+def test_a_checkpoint_goes_when_kv_pressure_evicts_its_last_block() -> None:
+    # Two slots, 6 KV blocks, B = 16, one 64-token chunk each, replay. a (64 tokens)
+    # keeps its state at 64, whose last full block is a3. b (64 other tokens) needs 5
+    # blocks (its prompt's and its first token's): 2 are unregistered, then LRU takes
+    # a3, a leaf; SGLang deletes that radix
+    # node with its state, so the checkpoint at 64 is invalidated and the rest of the
+    # node's KV (a0-a2) goes with it. Without the rule a's checkpoint stays in the index,
+    # unusable (its KV is gone).
+    config = dataclasses.replace(TWO_SLOTS, token_budget=64, kv_blocks=6, drop_leaf_kv=True)
+    requests = [
+        Request("a/0", 0.0, "a", 0, Prompt([(1, 64)]), 1, (0,), "x"),
+        Request("b/0", 1.0, "b", 0, Prompt([(2, 64)]), 1, (0,), "x"),
+    ]
+    engine = replay(config, requests)
+    pool = engine.pool
+    assert isinstance(pool, LeafKVPool)
+    assert engine.index.inner.evictions == {"invalidate": 1}
+    assert (pool.evictions["lru"], pool.evictions["leaf"]) == (1, 3)
+    assert len(engine._slot_prompt) == 1 and pool.check() == []
+    with mock.patch.object(Replayer, "_leaf_kv_evicted", lambda self, digest: None):
+        kept = replay(config, requests)
+    assert kept.index.inner.evictions == {} and len(kept._slot_prompt) == 2
+
+
+def test_each_insert_that_extends_a_cached_path_starts_a_node() -> None:
+    # A sequence registers a0 a1 after its first chunk and a2 a3 after its second: the
+    # second insert hangs a new node under a1 (SGLang never merges nodes), so 32 is a
+    # node boundary. Registered in one call, the four blocks make no boundary.
+    a = hashed(list(range(64)))
+    digests = block_digests(a, 4, 16)
+    for calls, boundary in ((((0, 2), (2, 4)), 32), (((0, 4),), 0)):
+        pool = LeafKVPool(4, 16)
+        held = pool.allocate(4)
+        assert held is not None
+        for start, stop in calls:
+            parent = digests[start - 1] if start else None
+            pool.register_many(held[start:stop], digests[start:stop], parent, start, a)
+        assert pool.deepest_boundary(digests, 64, a.digest) == boundary
