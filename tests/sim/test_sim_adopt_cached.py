@@ -8,18 +8,15 @@ after every chunk. The cases are worked out by hand; ``B = 16``.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 
 import pytest
 
 from reference.errors import InvalidConfigError
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
-from sim.scenarios.loader import build_scenario
-from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
-from tests.sim.test_sim_running_states import TWO_SLOTS, replay
+from tests.sim.test_sim_running_states import TWO_SLOTS, assert_chat_scenario_refuses, replay
 
 
 def test_a_private_copy_is_swapped_for_the_cached_block() -> None:
@@ -94,7 +91,6 @@ def test_a_request_computing_a_cached_prefix_again_holds_it_once(adopt: bool) ->
 def test_adopting_cached_copies_refuses_keeping_copies() -> None:
     with pytest.raises(InvalidConfigError, match="adopt_cached_blocks swaps"):
         dataclasses.replace(TWO_SLOTS, adopt_cached_blocks=True, keep_block_copies=True)
-    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
     for cache, says in (
         ("adopt_cached_blocks = true\nkeep_block_copies = true", r"cache\.keep_block_copies"),
         (
@@ -102,7 +98,4 @@ def test_adopting_cached_copies_refuses_keeping_copies() -> None:
             r"cache\.keep_block_copies.*adopt_cached_blocks is set by cache\.engine",
         ),
     ):
-        with pytest.raises(ScenarioError, match=says):
-            build_scenario(
-                tomllib.loads(f"{head}[cache]\n{cache}\n"), "x.toml", None, base_dir=None
-            )
+        assert_chat_scenario_refuses(cache, says)

@@ -281,17 +281,22 @@ def test_a_decode_moving_the_state_to_a_new_block_holds_the_old_one_for_its_step
     assert pool.withheld == len(engine._held_slots) * engine._slot_pages  # handovers ended
 
 
+def assert_chat_scenario_refuses(cache: str, says: str) -> None:
+    """A 10-request chat scenario whose ``[cache]`` table holds the lines ``cache`` is
+    refused with a :class:`ScenarioError` matching ``says``."""
+    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
+    with pytest.raises(ScenarioError, match=says):
+        build_scenario(tomllib.loads(f"{head}[cache]\n{cache}\n"), "x.toml", None, base_dir=None)
+
+
 def test_state_handover_needs_unified_memory_and_running_states() -> None:
     with pytest.raises(InvalidConfigError, match="state_handover moves a running request"):
         pages_config(9, slots=2, state_handover=True)
     with pytest.raises(InvalidConfigError, match="state_handover moves a running request"):
         dataclasses.replace(TWO_SLOTS, running_states=1, state_handover=True)
-    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
     for cache, says in (
         ("state_handover = true", r"cache\.state_handover"),
         ('engine = "vllm"\nrunning_states = 0', r"cache\.state_handover.*set by cache\.engine"),
         ("state_handover = 1", r"cache\.state_handover"),
     ):
-        text = f"{head}[cache]\n{cache}\n"
-        with pytest.raises(ScenarioError, match=says):
-            build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)
+        assert_chat_scenario_refuses(cache, says)

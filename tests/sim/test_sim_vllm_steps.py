@@ -20,7 +20,6 @@ Each case is worked out by hand; ``B = 16``.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Sequence
 
 import pytest
@@ -31,12 +30,11 @@ from sim.engine.backends import make_backend
 from sim.engine.backends.shadow import ShadowBackend
 from sim.engine.replay import Replayer
 from sim.engine.unified import CheckpointLedger
-from sim.scenarios.loader import build_scenario
-from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
 from tests.sim.test_sim_engine import assert_clean
 from tests.sim.test_sim_generated import published_positions
+from tests.sim.test_sim_running_states import assert_chat_scenario_refuses
 from tests.sim.test_sim_unified import pages_config
 
 
@@ -203,7 +201,6 @@ def test_interleaved_free_needs_unified_memory_and_release_recency() -> None:
         pages_config(9, slots=2, interleaved_free=True)
     with pytest.raises(InvalidConfigError, match="interleaved_free orders the pages"):
         dataclasses.replace(ROOMY, release_recency=True, interleaved_free=True)
-    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
     for cache, says in (
         ('memory = "unified"\ninterleaved_free = true', r"cache\.interleaved_free"),
         (
@@ -212,6 +209,4 @@ def test_interleaved_free_needs_unified_memory_and_release_recency() -> None:
         ),
         ("interleaved_free = 1", r"cache\.interleaved_free"),
     ):
-        text = f"{head}[cache]\n{cache}\n"
-        with pytest.raises(ScenarioError, match=says):
-            build_scenario(tomllib.loads(text), "x.toml", None, base_dir=None)
+        assert_chat_scenario_refuses(cache, says)
