@@ -86,6 +86,59 @@ class LeafKVPool(KVPool):
         home block ``home``."""
         self._boundaries.setdefault(home, {})[prefix] = tokens
 
+    def split_at(self, home: bytes, prefix: bytes, tokens: int, after: bytes | None) -> None:
+        """A lookup or an insert splits the node that runs through ``tokens`` (just after
+        block ``home``; ``prefix`` its digest there): unless that is already a node
+        boundary, it becomes one, and the node's blocks become the most recently used,
+        from its start to its end along the cached continuation that starts with the
+        tokens ``after`` (packed; the one continuation when ``None``), as SGLang's
+        ``UnifiedTreeCore._split_node`` stamps both parts with new access times."""
+        points = self._boundaries.get(home)
+        if points is not None and prefix in points:
+            return
+        node = self._node_blocks(home, after)  # the node as it was before the split
+        self.add_boundary(home, prefix, tokens)
+        cached = self._cached_free
+        for block in node:
+            if block in cached:
+                cached.move_to_end(block)
+
+    def _node_blocks(self, home: bytes, after: bytes | None) -> list[int]:
+        """The registered blocks of the node that runs through the end of block ``home``:
+        back from ``home`` to the node's start, then on along the continuation whose
+        tokens start like ``after`` to the node's end, in path order."""
+        by_digest, kids, parent_of, known = (
+            self._by_digest,
+            self._kids,
+            self._parent,
+            self._block_tokens,
+        )
+        path: list[bytes] = []
+        digest: bytes | None = home
+        while digest is not None and digest in by_digest:
+            path.append(digest)
+            parent = parent_of.get(digest)
+            if parent is None or len(kids.get(parent, ())) != 1:
+                break  # the path starts, or branches, at this block's start
+            if parent in self._boundaries.get(parent, ()) or self._head_before_boundary(
+                parent, known.get(digest)
+            ):
+                break  # a node boundary at or inside this block's start
+            digest = parent
+        path.reverse()
+        children = kids.get(home, [])
+        if after is not None:
+            children = [c for c in children if c in known and shared_tokens(after, known[c])]
+        digest = children[0] if len(children) == 1 else None
+        while digest is not None and digest in by_digest:
+            if self._head_before_boundary(parent_of.get(digest), known.get(digest)):
+                break  # the node ends inside this block
+            path.append(digest)
+            if digest in self._boundaries.get(digest, ()) or len(kids.get(digest, ())) != 1:
+                break  # the node ends at this block's end
+            digest = kids[digest][0]
+        return [by_digest[d] for d in path]
+
     def remove_boundary(self, home: bytes, prefix: bytes) -> None:
         """Forget the boundary ``prefix`` under ``home`` (its node was deleted)."""
         points = self._boundaries.get(home)
@@ -172,10 +225,11 @@ class LeafKVPool(KVPool):
                     if kids:  # it leaves a cached sequence: SGLang splits the node there
                         shared = self.shared_past(previous, tokens) if tokens else 0
                         if shared:
-                            assert source is not None
-                            self.add_boundary(previous, source.digest(end + shared), end + shared)
+                            assert source is not None and tokens is not None
+                            at = source.digest(end + shared)
+                            self.split_at(previous, at, end + shared, tokens[:TOKEN_BYTES])
                         else:
-                            self.add_boundary(previous, previous, end)
+                            self.split_at(previous, previous, end, None)
                     elif extends and previous in table:
                         # It continues where a cached path ends: SGLang's insert hangs a
                         # new node there (nodes are never merged).

@@ -10,6 +10,7 @@ reserved in the index in the placement policy's order (SEMANTICS H5).
 from __future__ import annotations
 
 from reference.api import PrefillChunk, Reservation
+from reference.hashing import TOKEN_BYTES
 from sim.engine.engine_core import EngineCore
 from sim.engine.hits import block_digests, reconcile
 from sim.engine.leaf_kv import LeafKVPool
@@ -211,8 +212,10 @@ class Planning(EngineCore):
             return
         end = present * self._block
         limit = min(end + self._block, seq.prompt_len - 1)
-        shared = pool.shared_past(last, hashed.token_bytes(end, limit))
-        pool.add_boundary(last, hashed.digest(end + shared) if shared else last, end + shared)
+        tokens = hashed.token_bytes(end, limit)
+        shared = pool.shared_past(last, tokens)
+        at = hashed.digest(end + shared) if shared else last
+        pool.split_at(last, at, end + shared, tokens[:TOKEN_BYTES] if shared else None)
 
     def _before_first_lookup(self, seq: Seq) -> None:
         """``seq`` is about to look up for the first time: tell the alpha tuner how many

@@ -434,3 +434,29 @@ def test_each_insert_that_extends_a_cached_path_starts_a_node() -> None:
             parent = digests[start - 1] if start else None
             pool.register_many(held[start:stop], digests[start:stop], parent, start, a)
         assert pool.deepest_boundary(digests, 64, a.digest) == boundary
+
+
+def test_a_split_makes_the_node_it_splits_the_most_recently_used() -> None:
+    # a (a0-a3, one node) freed, then b (b0 b1) freed: LRU order a3 a2 a1 a0 b1 b0. A
+    # lookup sharing 37 tokens with a splits a's node at 37 (SGLang's _split_node stamps
+    # both parts with new access times): all of a becomes newer than b, and LRU takes b
+    # first (b1, then b0 with it: one node). Splitting again where a boundary already is
+    # changes nothing.
+    a, b = hashed(list(range(64))), hashed([900 + i for i in range(32)])
+    a_digests, b_digests = block_digests(a, 4, 16), block_digests(b, 2, 16)
+    pool = LeafKVPool(6, 16)
+    held_a, held_b = pool.allocate(4), pool.allocate(2)
+    assert held_a is not None and held_b is not None
+    pool.register_many(held_a, a_digests, None, 0, a)
+    pool.register_many(held_b, b_digests, None, 0, b)
+    pool.release(held_a)
+    pool.release(held_b)
+    assert list(pool._cached_free) == [*held_a[::-1], *held_b[::-1]]
+    pool.split_at(a_digests[1], a.digest(37), 37, a.token_bytes(32, 33))
+    assert list(pool._cached_free) == [*held_b[::-1], *held_a]
+    assert pool.deepest_boundary(a_digests, 64, a.digest) == 37
+    pool.split_at(a_digests[1], a.digest(37), 37, a.token_bytes(32, 33))
+    assert list(pool._cached_free)[-4:] == held_a
+    taken = pool.allocate(1)
+    assert taken is not None and pool.digest_of(taken[0]) is None
+    assert pool.match(b_digests) == 0 and pool.match(a_digests) == 4

@@ -417,9 +417,9 @@ def test_each_admitted_request_takes_the_presets_running_states(
     assert scenario.sim_config.running_states == per_request
 
 
-def _differing_on(workload: str, gib: int) -> list[int]:
+def _differing_on(workload: str, gib: int, strategy: str = "extra_buffer") -> list[int]:
     comparison = sglang_fidelity.compare(
-        gib * GIB, SEED, 200, "sglang", strategy="extra_buffer", workload=workload
+        gib * GIB, SEED, 200, "sglang", strategy=strategy, workload=workload
     )
     return comparison.differing()
 
@@ -452,3 +452,13 @@ def test_a_request_holds_a_prefix_it_computed_again_once() -> None:
     with mock.patch.object(KVPool, "adopt_cached", return_value=0):
         assert len(_differing_on("long_document_qa", 2)) == 4
         assert len(_differing_on("agentic_loop", 2)) == 14
+
+
+def test_a_split_node_is_used_again() -> None:
+    """SEMANTICS H10 against SGLang itself (docs/SIMULATION.md §1d item 7), 200 requests,
+    ``no_buffer``, 2 GiB: ``UnifiedTreeCore._split_node`` gives both parts of a node a
+    lookup splits new access times, which decides which leaf KV pressure evicts first.
+    long_document_qa: every hit equal; without the refresh request 171 differs."""
+    assert _differing_on("long_document_qa", 2, "no_buffer") == []
+    with mock.patch.object(LeafKVPool, "_node_blocks", return_value=[]):
+        assert _differing_on("long_document_qa", 2, "no_buffer") == [171]
