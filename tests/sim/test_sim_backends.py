@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from reference.impl import implementation as reference_implementation
 from reference.storage import ReferenceStorage
 from sim.engine import Faults, SimConfig, run_simulation
 from sim.engine.backends import GPU_IMPL, ShadowBackend, TensorBackend, make_backend
+from sim.engine.kv_pool import KVPool
 from sim.engine.sequence import RequestLike
 from sim.workloads import ChatConfig, IntDist, Poisson, TimeDist, multi_turn_chat
 
@@ -299,3 +301,29 @@ def test_without_an_exporter_inner_captures_fail_and_are_aborted() -> None:
     assert result.ok, result.lockstep["violations"]
     captures = result.totals["captures"]
     assert captures["failed"] == captures["aborted"] == captures["reserved"] > 0
+
+
+def test_a_request_reading_the_cached_copy_of_what_it_recomputed_stays_exact() -> None:
+    """``adopt_cached_blocks`` (SEMANTICS H10a) swaps a recomputed block for the cached
+    copy in the request's block table; the copies hold the same KV bitwise, so every
+    restore stays exact on real tensors, and the run is scheduled as the shadow run.
+    Interval checkpoints every 16 tokens on 8-token blocks leave cached KV past the hits,
+    so requests do recompute cached blocks (counted)."""
+    config = dataclasses.replace(
+        TINY, placement="interval", placement_params={"every": 16}, adopt_cached_blocks=True
+    )
+    swapped: list[int] = []
+    real_adopt = KVPool.adopt_cached
+
+    def counting(self: KVPool, *args: Any) -> int:
+        swapped.append(real_adopt(self, *args))
+        return swapped[-1]
+
+    workload = tiny_chat(seed=1)
+    with mock.patch.object(KVPool, "adopt_cached", counting):
+        real = run_simulation(config, workload)
+    assert sum(swapped) > 0
+    assert real.ok, real.lockstep["violations"]
+    assert real.backend["exactness_checks"] == real.totals["restores"]["count"] > 0
+    shadow = run_simulation(dataclasses.replace(config, backend="shadow"), workload)
+    assert real.totals == shadow.totals
