@@ -156,10 +156,21 @@ class Planning(EngineCore):
             self.index.pin(pinned)
             if self._unified:
                 self._ledger.pin(pinned)
-        blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
-        if blocks is not None and self._states_per_running and not self._take_running_states():
-            self.pool.release(blocks)  # nothing evictable holds the states: wait
-            blocks = None
+        # SEMANTICS H9: with split memory the running states come first (SGLang takes the
+        # request's Mamba slot at its lookup, before the chunk's KV); with unified memory
+        # the chunk's pages do (vLLM allocates the attention group's blocks first).
+        states = self._states_per_running
+        states_first = states > 0 and not self._unified
+        blocks: list[int] | None = None
+        if not states_first or self._take_running_states():
+            blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
+            taken = states_first or not states or blocks is None
+            if blocks is None and states_first:
+                self._give_back_running_states(seq)
+            elif not taken and not self._take_running_states():
+                assert blocks is not None
+                self.pool.release(blocks)  # nothing evictable holds the states: wait
+                blocks = None
         if blocks is None:
             if pinned is not None:
                 self._unpin(pinned)

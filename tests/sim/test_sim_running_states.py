@@ -15,6 +15,8 @@ import dataclasses
 import json
 import tomllib
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -22,6 +24,7 @@ from reference.errors import InvalidConfigError
 from sim.cli import main as cli_main
 from sim.engine import SimConfig, run_simulation
 from sim.engine.backends import make_backend
+from sim.engine.kv_pool import KVPool
 from sim.engine.replay import Replayer
 from sim.engine.scheduler import Engine, StepPlan
 from sim.engine.sources import build_workload
@@ -300,3 +303,35 @@ def test_state_handover_needs_unified_memory_and_running_states() -> None:
         ("state_handover = 1", r"cache\.state_handover"),
     ):
         assert_chat_scenario_refuses(cache, says)
+
+
+@pytest.mark.parametrize(("memory", "first"), [("split", "states"), ("unified", "kv")])
+def test_admission_takes_the_running_states_before_the_kv_with_split_memory(
+    memory: str, first: str
+) -> None:
+    # SEMANTICS H9: SGLang (split memory) takes a request's Mamba slot at its lookup,
+    # before the chunk's KV is allocated, so a state the slot evicts goes before KV
+    # pressure frees any; vLLM (unified memory) allocates the attention group's blocks
+    # before the Mamba groups'. The admission's calls, in order:
+    config = (
+        dataclasses.replace(TWO_SLOTS, running_states=1)
+        if memory == "split"
+        else pages_config(9, slots=2, running_states=1)
+    )
+    calls: list[str] = []
+    real_take, real_admit = Replayer._take_running_states, KVPool.admit
+
+    def take(self: Replayer) -> bool:
+        calls.append("states")
+        return real_take(self)
+
+    def admit(self: KVPool, *args: Any) -> list[int] | None:
+        calls.append("kv")
+        return real_admit(self, *args)
+
+    with (
+        mock.patch.object(Replayer, "_take_running_states", take),
+        mock.patch.object(KVPool, "admit", admit),
+    ):
+        replay(config, [prompt_of("a", 9, 48)])
+    assert calls[0] == first and sorted(calls[:2]) == ["kv", "states"]

@@ -462,3 +462,21 @@ def test_a_split_node_is_used_again() -> None:
     assert _differing_on("long_document_qa", 2, "no_buffer") == []
     with mock.patch.object(LeafKVPool, "_node_blocks", return_value=[]):
         assert _differing_on("long_document_qa", 2, "no_buffer") == [171]
+
+
+def test_the_running_states_slot_comes_before_the_chunks_kv() -> None:
+    """SEMANTICS H9 against SGLang itself (docs/SIMULATION.md §1d item 8): Falcon-H1-7B,
+    agentic_loop, ``no_buffer``, 5 GiB, 200 requests: every hit equal (with the KV
+    allocated before the running state's slot, agentic_loop/2/22 hit 8192 where SGLang
+    hit 0)."""
+    comparison = sglang_fidelity.compare(
+        5 * GIB,
+        SEED,
+        200,
+        "sglang",
+        strategy="no_buffer",
+        workload="agentic_loop",
+        model="falcon-h1-7b",
+    )
+    assert comparison.differing() == []
+    assert comparison.hyckpt_rate == comparison.sglang_rate
