@@ -246,10 +246,7 @@ class LeafKVPool(KVPool):
         stub's node), so they give their blocks back."""
         known = self._block_tokens
         for kid in [k for k in kids if k.startswith(STUB_KEY) and tokens.startswith(known[k])]:
-            block = self._by_digest[kid]
-            del self._cached_free[block]
-            self._unregister(block)
-            self._unregistered_free.append(block)
+            self._free_cached_block(self._by_digest[kid])
 
     def _make_stub(self, block: int, tokens: int) -> bool:
         """Keep only the first ``tokens`` of free, cached, childless ``block`` (whose
@@ -290,6 +287,7 @@ class LeafKVPool(KVPool):
         while len(blocks) < count:
             if unregistered:
                 block = unregistered.pop()
+                ref[block] = 1
             else:
                 block = self._cached_victim()
                 digest = digest_of[block]
@@ -302,7 +300,6 @@ class LeafKVPool(KVPool):
                 if self.on_leaf_evicted is not None:
                     self.on_leaf_evicted(digest)
                 self._drop_rest_of_node(parent, tokens)
-            ref[block] = 1
             blocks.append(block)
         return blocks
 
@@ -326,11 +323,16 @@ class LeafKVPool(KVPool):
             if head:  # the node starts inside this block: its head stays, a stub
                 self._make_stub(block, head)
                 return
-            del cached[block]
-            self._unregister(block)
-            self._unregistered_free.append(block)
+            self._free_cached_block(block)
             self.evictions["leaf"] += 1
             parent = grandparent
+
+    def _free_cached_block(self, block: int) -> None:
+        """Free cached ``block`` leaves the cache and joins the unregistered free blocks
+        (reused first)."""
+        del self._cached_free[block]
+        self._unregister(block)
+        self._unregistered_free.append(block)
 
     def _head_before_boundary(self, parent: bytes | None, tokens: bytes | None) -> int:
         """Tokens of the block after ``parent`` (whose tokens are ``tokens``) before the
@@ -398,7 +400,7 @@ class LeafKVPool(KVPool):
                 f"LeafKVPool.drop_path: stub must be in [0, {self.block_size}) tokens of "
                 f"block keep - 1, got stub={stub} with keep={keep}"
             )
-        by_digest, cached, ref = self._by_digest, self._cached_free, self._ref
+        by_digest, ref = self._by_digest, self._ref
         dropped = 0
         for index in range(len(digests) - 1, keep - 1, -1):
             digest = digests[index]
@@ -409,9 +411,7 @@ class LeafKVPool(KVPool):
                 continue  # not cached (evicted earlier): nothing to free here
             if ref[block]:
                 break  # a running sequence holds it
-            del cached[block]
-            self._unregister(block)
-            self._unregistered_free.append(block)
+            self._free_cached_block(block)
             dropped += 1
         else:
             if stub and keep <= len(digests):

@@ -164,11 +164,14 @@ class Planning(EngineCore):
         blocks: list[int] | None = None
         if not states_first or self._take_running_states():
             blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
-            taken = states_first or not states or blocks is None
             if blocks is None and states_first:
                 self._give_back_running_states(seq)
-            elif not taken and not self._take_running_states():
-                assert blocks is not None
+            elif (
+                blocks is not None
+                and states
+                and not states_first
+                and not self._take_running_states()  # last: it takes them
+            ):
                 self.pool.release(blocks)  # nothing evictable holds the states: wait
                 blocks = None
         if blocks is None:
