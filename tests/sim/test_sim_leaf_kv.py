@@ -460,3 +460,9 @@ def test_a_split_makes_the_node_it_splits_the_most_recently_used() -> None:
     taken = pool.allocate(1)
     assert taken is not None and pool.digest_of(taken[0]) is None
     assert pool.match(b_digests) == 0 and pool.match(a_digests) == 4
+
+
+@pytest.mark.parametrize("unit", [0, 3, True, "1"])
+def test_a_hash_unit_that_does_not_divide_the_block_is_refused(unit: object) -> None:
+    with pytest.raises(InvalidConfigError, match="unit must be an int >= 1 dividing"):
+        LeafKVPool(4, 16, unit)  # type: ignore[arg-type]
