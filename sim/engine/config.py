@@ -320,6 +320,25 @@ class SimConfig:
             layer group after another, ``KVCacheCoordinator.free`` and
             ``BlockPool.free_blocks``; docs/SEMANTICS.md H9d); ``False``: an evicted
             checkpoint's pages are all reusable at once.
+        required_captures: unified memory: a prefill chunk runs only with the pages of the
+            checkpoints placement puts inside it (not the one its running state becomes):
+            an admission waits, and a running request's chunk preempts the youngest
+            running request, until they are free, as vLLM's align mode allocates a chunk's
+            checkpoint block with its KV (``MambaManager.get_num_blocks_to_allocate``;
+            docs/SEMANTICS.md H9e); ``False``: a checkpoint that finds no memory is
+            skipped and the chunk runs without it.
+        states_in_place: the model reads a hit's state and writes its checkpoints in their
+            own memory: no restore or capture copies (a step never waits for a restore; a
+            capture is published when its step completes), as vLLM's align mode
+            (the Mamba kernels take state indices into the cache blocks,
+            ``mamba_mixer2.py``; docs/SEMANTICS.md H9e); ``False``: copies on the copy
+            stream.
+        admit_full_prompt: a request is admitted only when the pages its whole prompt
+            would take as one chunk (its KV past the hit, and with unified memory its
+            running states and that chunk's checkpoints) are free, as vLLM's
+            ``scheduler_reserve_full_isl`` admits (``KVCacheManager.allocate_slots`` with
+            ``full_sequence_must_fit``; docs/SEMANTICS.md H9e); ``False``: when its first
+            chunk's are.
         workload_hints: the engine is told the workload's structure (each request's
             ``branch_points`` and ``turn_starts``, for placement and H5's reservation
             order); ``False``: it knows only what it sees in the cache (the end of the
@@ -411,6 +430,9 @@ class SimConfig:
     block_aligned_chunks: bool = False
     release_recency: bool = False
     interleaved_free: bool = False
+    required_captures: bool = False
+    states_in_place: bool = False
+    admit_full_prompt: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
     checkpoint_share_rule: str = "share"
@@ -529,6 +551,9 @@ class SimConfig:
             "block_aligned_chunks",
             "release_recency",
             "interleaved_free",
+            "required_captures",
+            "states_in_place",
+            "admit_full_prompt",
             "workload_hints",
         ):
             if not isinstance(getattr(self, flag), bool):
@@ -603,6 +628,11 @@ class SimConfig:
                 "SimConfig.interleaved_free orders the pages of the checkpoints a chunk lets "
                 "go of in the unified budget: it needs memory='unified' and "
                 "release_recency=True"
+            )
+        if self.required_captures and self.memory != "unified":
+            raise InvalidConfigError(
+                "SimConfig.required_captures counts a chunk's checkpoints in the pages it "
+                "needs from the unified budget: it needs memory='unified'"
             )
         if self.adopt_cached_blocks and self.keep_block_copies:
             raise InvalidConfigError(

@@ -3,7 +3,10 @@
 One job per step for the restores it issued (the step's compute waits for it; the pins
 are released when it completes) and one for the captures it wrote (published when it
 completes, never earlier, so it may complete after the step ends). Each job holds the
-copy stream, a ``simpy.Resource`` of capacity 1, for its modeled duration.
+copy stream, a ``simpy.Resource`` of capacity 1, for its modeled duration. With
+``states_in_place`` (vLLM's align mode) there are no copies: a step reads a hit's state and
+writes its checkpoints in their own memory, so restores take no time and captures publish
+when the step completes.
 :class:`~sim.engine.replay.Replayer` overrides the ``_start_*_job`` methods to complete
 every copy at once.
 """
@@ -57,7 +60,12 @@ class CopyStream(EngineCore):
         self._start_restore_job(slots, duration, plan)
 
     def _start_restore_job(self, slots: list[int], duration: float, plan: StepPlan) -> None:
-        """Run the step's restore copies on the copy stream; the step's compute waits."""
+        """Run the step's restore copies on the copy stream; the step's compute waits.
+        With ``states_in_place`` there is no copy: the step reads each state where it is
+        (its pins go now: nothing evicts before the next step is planned)."""
+        if self._states_in_place:
+            self._restores_complete(slots)
+            return
         plan.restore_done = self.env.event()
         self.env.process(self._restore_job(slots, duration, plan.restore_done))
 
@@ -100,7 +108,12 @@ class CopyStream(EngineCore):
     def _start_capture_job(
         self, writes: list[Reservation], duration: float, retouch: Retouch
     ) -> None:
-        """Run the step's capture copies on the copy stream; they publish on completion."""
+        """Run the step's capture copies on the copy stream; they publish on completion.
+        With ``states_in_place`` the step wrote them where they are: published now, at the
+        step's end."""
+        if self._states_in_place:
+            self._captures_complete(writes, retouch)
+            return
         # The stream runs its jobs in order: the latest one finishes last.
         self._last_capture_job = self.env.process(self._capture_job(writes, duration, retouch))
 

@@ -83,6 +83,9 @@ class EngineCore:
         self._aligned_chunks = config.block_aligned_chunks
         self._release_recency = config.release_recency
         self._interleaved_free = config.interleaved_free
+        self._required_captures = config.required_captures
+        self._states_in_place = config.states_in_place
+        self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks
         # Unified memory and running states both evict a checkpoint before the index is
         # full, which only an index with evict_one(reason) can do.

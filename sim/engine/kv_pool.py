@@ -164,6 +164,21 @@ class KVPool:
         assert fresh is not None
         return shared + fresh
 
+    def free_among(self, digests: Sequence[bytes]) -> int:
+        """How many of the registered blocks of ``digests`` are free (cached, no holder):
+        sharing them takes them out of the free queue.
+
+        Raises:
+            SlotStateError: a digest is not registered.
+        """
+        table, ref = self._by_digest, self._ref
+        try:
+            return sum(1 for digest in digests if ref[table[digest]] == 0)
+        except KeyError:
+            raise SlotStateError(
+                "KVPool.free_among: a digest is not registered; ask only of a matched prefix"
+            ) from None
+
     def can_allocate(self, count: int) -> bool:
         """Whether :meth:`allocate` of ``count`` blocks would succeed."""
         return count <= self.free_count()

@@ -48,7 +48,10 @@ class Planning(EngineCore):
             end = self._chunk_end(seq.computed, seq.prompt_len, budget, seq.branch_points)
             if end == seq.computed:
                 continue  # less than a block of budget left for an aligned chunk
-            if self._grow(seq, end, plan):
+            captures = 0
+            if self._required_captures:
+                captures = self._capture_pages(seq, seq.computed, end, seq.branch_points)
+            if self._grow(seq, end, plan, captures):
                 self._plan_chunk(seq, seq.computed, end, plan)
                 budget -= end - seq.computed
         while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
@@ -69,17 +72,19 @@ class Planning(EngineCore):
         """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""
         return 1 + max(0, min(self.config.spec_tokens, seq.output_tokens - seq.generated - 1))
 
-    def _grow(self, seq: Seq, tokens: int, plan: StepPlan) -> bool:
+    def _grow(self, seq: Seq, tokens: int, plan: StepPlan, captures: int = 0) -> bool:
         """Give ``seq`` blocks for ``tokens`` tokens (and, with ``state_handover``, the
         pages of the state it leaves when its state moves to a new block), preempting the
-        youngest running requests if needed; ``False`` when ``seq`` itself was preempted."""
+        youngest running requests if needed; ``False`` when ``seq`` itself was preempted.
+        ``captures`` more pages must be free afterwards (``required_captures``: the
+        chunk's checkpoints, which its planning reserves)."""
         need = max(0, -(-tokens // self._block) - len(seq.blocks))
         moves = self._handover and self._state_moves(seq, tokens)
         # It leaves its own running state (held for the step), or a checkpoint its
         # running state's pages went to (it takes new ones for good).
         handover = moves and seq.computed != seq.tracked
         retake = moves and seq.state_lent
-        pages = need + ((handover + retake) * self._slot_pages if moves else 0)
+        pages = need + ((handover + retake) * self._slot_pages if moves else 0) + captures
         if pages == 0:
             return True
         pool = self.pool
@@ -156,6 +161,12 @@ class Planning(EngineCore):
             self.index.pin(pinned)
             if self._unified:
                 self._ledger.pin(pinned)
+        if (self._required_captures or self._admit_full_prompt) and not self._admission_fits(
+            seq, p, shared, end, branch
+        ):
+            if pinned is not None:
+                self._unpin(pinned)
+            return 0
         # SEMANTICS H9: with split memory the running states come first (SGLang takes the
         # request's Mamba slot at its lookup, before the chunk's KV); with unified memory
         # the chunk's pages do (vLLM allocates the attention group's blocks first).
@@ -210,6 +221,46 @@ class Planning(EngineCore):
             seq.hit_slot = -1
         self._plan_chunk(seq, p, end, plan)
         return end - p
+
+    def _admission_fits(
+        self, seq: Seq, hit: int, shared: int, end: int, branch: tuple[int, ...]
+    ) -> bool:
+        """SEMANTICS H9e: whether the pages admitting ``seq`` with a hit at ``hit``
+        (``shared`` cached blocks) needs are free: its first chunk's, ending at ``end``,
+        with its checkpoints (``required_captures``), and those of its whole prompt as one
+        chunk with no junction (``admit_full_prompt``), as vLLM counts them."""
+        free = self.pool.free_count()
+        pages = self.pool.free_among(seq.digests[:shared]) - shared
+        if self._unified:
+            pages += self._states_per_running * self._slot_pages
+        if self._required_captures:
+            chunk = -(-end // self._block) + self._capture_pages(seq, hit, end, branch)
+            if pages + chunk > free:
+                return False
+        if self._admit_full_prompt:
+            whole = -(-seq.prompt_len // self._block)
+            if self._required_captures:
+                whole += self._capture_pages(seq, hit, seq.prompt_len, ())
+            if pages + whole > free:
+                return False
+        return True
+
+    def _capture_pages(self, seq: Seq, start: int, end: int, branch: tuple[int, ...]) -> int:
+        """``required_captures`` (SEMANTICS H9e): the pages of the checkpoints placement
+        puts in chunk ``[start, end)`` of ``seq`` (junctions ``branch``) that take pages of
+        their own: all but the one at ``end`` its running state becomes
+        (``state_handover``)."""
+        chunk = PrefillChunk(
+            start=start,
+            end=end,
+            prompt_len=seq.prompt_len,
+            turn_starts=self._hints(seq.request, "turn_starts"),
+            branch_points=branch,
+        )
+        # The state is lent at the chunk's end unless it is lent already and stays put.
+        lent = self._handover and (not seq.state_lent or self._state_moves(seq, end))
+        positions = self.placement.positions(chunk)
+        return (len(positions) - (lent and end in positions)) * self._slot_pages
 
     def _split_at_match_end(self, seq: Seq, present: int) -> None:
         """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV (``present`` full

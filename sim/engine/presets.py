@@ -76,12 +76,19 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         settings["cache.state_handover"] = True
     # Scheduler._mamba_block_aligned_split: chunks end on blocks and at the junction.
     settings["cache.block_aligned_chunks"] = True
+    # Align mode: the Mamba kernels read and write states in their cache blocks.
+    settings["cache.states_in_place"] = True
     # MambaManager._remove_blocks_in_range frees a request's old states highest first.
     settings["cache.release_recency"] = True
     if model.full_attention_layers:
         # KVCacheCoordinator.free / BlockPool.free_blocks: a step's freed states wait in
         # the free queue one layer group after another.
         settings["cache.interleaved_free"] = True
+        # MambaManager.get_num_blocks_to_allocate counts a chunk's checkpoint block with
+        # its KV; Scheduler.schedule admits with full_sequence_must_fit
+        # (scheduler_reserve_full_isl, on by default).
+        settings["cache.required_captures"] = True
+        settings["cache.admit_full_prompt"] = True
     return settings
 
 

@@ -96,6 +96,19 @@ def checked_pools(
                 else ""
             ),
         )
+    if cache["required_captures"] and cache["memory"] != "unified":
+        raise ScenarioError(
+            where,
+            "cache.required_captures",
+            cache["required_captures"],
+            "false unless cache.memory = 'unified' (it counts a chunk's checkpoints in the "
+            "pages it needs from the one budget)"
+            + (
+                " (set by cache.engine; set cache.required_captures = false to override)"
+                if "cache.required_captures" in preset_keys
+                else ""
+            ),
+        )
     if cache["adopt_cached_blocks"] and cache["keep_block_copies"]:
         raise ScenarioError(
             where,

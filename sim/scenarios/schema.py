@@ -458,6 +458,24 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "the free queue one page of each first, so evicting them takes one page each "
             "(vLLM frees a step's states layer group by layer group)",
         ),
+        "required_captures": Key(
+            boolean,
+            False,
+            "memory = unified: a prefill chunk runs only with the pages of its checkpoints "
+            "(an admission waits, a running chunk preempts), as vLLM's align mode allocates them",
+        ),
+        "states_in_place": Key(
+            boolean,
+            False,
+            "the model reads a hit's state and writes checkpoints in their own memory: no "
+            "restore or capture copies, captures publish at the step's end (vLLM's align mode)",
+        ),
+        "admit_full_prompt": Key(
+            boolean,
+            False,
+            "a request is admitted only when the pages its whole prompt would take as one "
+            "chunk are free (vLLM's scheduler_reserve_full_isl)",
+        ),
         "checkpoint_share": Key(
             number(0.0, 1.0, strict=True),
             None,
