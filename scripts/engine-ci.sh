@@ -62,6 +62,7 @@ engine_vllm() {
     printf '\n==> vLLM adapter and fidelity tests\n'
     rc=0
     "$python" -m pytest tests/tooling/test_engine_adapters.py tests/tooling/test_vllm_fidelity.py \
+        tests/tooling/test_vllm_timed_fidelity.py \
         -p no:cacheprovider -q || rc=$?
     record "vLLM adapter and fidelity tests" "$rc"
 }
