@@ -19,8 +19,9 @@ loop without a model:
 What stands in: the model config (a namespace with the fields the scheduler reads: no
 multimodal inputs, no M-RoPE, a generating runner, no tokenizer), the structured-output
 manager is vLLM's own with no grammar. Scheduling is synchronous (``vllm serve
---no-async-scheduling``); vLLM's default async scheduling, which schedules a step before
-the previous one's output is processed, is not driven.
+--no-async-scheduling``) or, with ``async_scheduling``, vLLM's default: its
+``AsyncScheduler`` with each step's output processed after the next step is scheduled,
+as ``EngineCore.step_with_batch_queue`` does with two batches in flight.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.replay_common import ReplayRequest
 from engines.vllm_replay import HybridModel, VllmCacheReplay
@@ -41,11 +43,13 @@ class ScheduledRun:
         steps: step number (1-based) -> request id -> tokens scheduled in it.
         hits: request id -> computed tokens when first scheduled (its prefix-cache hit).
         preemptions: request id -> times preempted.
+        preempted_steps: the steps that preempted a request, in order.
     """
 
     steps: dict[int, dict[str, int]] = field(default_factory=dict)
     hits: dict[str, int] = field(default_factory=dict)
     preemptions: dict[str, int] = field(default_factory=dict)
+    preempted_steps: list[int] = field(default_factory=list)
 
 
 class VllmSchedulerReplay:
@@ -57,6 +61,9 @@ class VllmSchedulerReplay:
         token_budget: ``max_num_batched_tokens``.
         max_num_seqs: ``max_num_seqs``.
         max_model_len: longest request (prompt + output).
+        async_scheduling: vLLM's ``AsyncScheduler`` driven as ``EngineCore``'s batch
+            queue drives it (``vllm serve``'s default): step ``k + 1`` is scheduled before
+            step ``k``'s output is processed; ``False``: synchronous.
     """
 
     def __init__(
@@ -66,8 +73,10 @@ class VllmSchedulerReplay:
         token_budget: int,
         max_num_seqs: int,
         max_model_len: int,
+        async_scheduling: bool = False,
     ) -> None:
         from vllm.config import DeviceConfig, VllmConfig
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
@@ -92,10 +101,11 @@ class VllmSchedulerReplay:
         scheduler_config = vllm_config.scheduler_config
         scheduler_config.max_num_batched_tokens = token_budget
         scheduler_config.max_num_seqs = max_num_seqs
-        # As on CUDA (VllmConfig turns it off on this CPU machine), and synchronous.
+        # As on CUDA (VllmConfig turns it off on this CPU machine).
         scheduler_config.disable_hybrid_kv_cache_manager = False
-        scheduler_config.async_scheduling = False
-        self.scheduler = Scheduler(
+        scheduler_config.async_scheduling = async_scheduling
+        self.async_scheduling = async_scheduling
+        self.scheduler = (AsyncScheduler if async_scheduling else Scheduler)(
             vllm_config,
             self._cache.kv_cache_config,
             StructuredOutputManager(vllm_config),
@@ -112,11 +122,16 @@ class VllmSchedulerReplay:
 
         scheduler, result = self.scheduler, ScheduledRun()
         answers = {}
+        in_flight: tuple[Any, Any] | None = None
         pending = list(requests)
         step = next_arrival = 0
-        while next_arrival < len(pending) or scheduler.has_unfinished_requests():
+        while (
+            next_arrival < len(pending)
+            or scheduler.has_unfinished_requests()
+            or in_flight is not None
+        ):
             step += 1
-            if not scheduler.has_unfinished_requests():
+            if not scheduler.has_unfinished_requests() and next_arrival < len(pending):
                 step = max(step, arrival_step[pending[next_arrival].request_id])
             while (
                 next_arrival < len(pending)
@@ -127,6 +142,8 @@ class VllmSchedulerReplay:
                 scheduler.add_request(self._cache._make_request(item))
                 next_arrival += 1
             output = scheduler.schedule()
+            if output.preempted_req_ids:
+                result.preempted_steps.append(step)
             for new in output.scheduled_new_reqs:
                 result.hits.setdefault(new.req_id, new.num_computed_tokens)
             scheduled = dict(output.num_scheduled_tokens)
@@ -134,20 +151,30 @@ class VllmSchedulerReplay:
             ids = list(scheduled)
             sampled = []
             for request_id in ids:
-                request = scheduler.requests[request_id]
-                done = request.num_computed_tokens >= request.num_tokens
-                sampled.append([next(answers[request_id])] if done else [])
-            scheduler.update_from_output(
-                output,
-                ModelRunnerOutput(
-                    req_ids=ids,
-                    req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                    sampled_token_ids=sampled,
-                ),
+                # A step that reaches the end of the known tokens samples the next one
+                # (a finished request scheduled once more under async scheduling samples
+                # a token vLLM discards).
+                last = not scheduler.requests[request_id].is_prefill_chunk
+                sampled.append([next(answers[request_id], 0)] if last else [])
+            model_output = ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                sampled_token_ids=sampled,
             )
-            for request_id in output.preempted_req_ids or ():
-                result.preemptions[request_id] = result.preemptions.get(request_id, 0) + 1
+            # EngineCore.step_with_batch_queue: with async scheduling the previous step's
+            # output is processed after this step was scheduled.
+            if self.async_scheduling:
+                if in_flight is not None:
+                    self._update(*in_flight, result)
+                in_flight = (output, model_output) if ids else None
+            else:
+                self._update(output, model_output, result)
         return result
+
+    def _update(self, output: Any, model_output: Any, result: ScheduledRun) -> None:
+        self.scheduler.update_from_output(output, model_output)
+        for request_id in output.preempted_req_ids or ():
+            result.preemptions[request_id] = result.preemptions.get(request_id, 0) + 1
 
 
 __all__ = ["ScheduledRun", "VllmSchedulerReplay"]

@@ -1,7 +1,8 @@
 """hyckpt's timed engine with the ``vllm`` preset against vLLM 0.33's own scheduler, step by step.
 
 ``python -m engines.vllm_timed_fidelity [--budget-gib G ...] [--rate R ...] [--requests N]
-[--seed S]`` (in ``.venv-engines``; docs/SIMULATION.md §1c, "Under load"):
+[--seed S] [--async-scheduling]`` (in ``.venv-engines``; docs/SIMULATION.md §1c, "Under
+load"):
 
 1. builds the ``engine-presets-timed`` scenario with the ``vllm`` preset (float32 state,
    vLLM's default) at the budget, its Poisson arrivals at ``rate`` requests a second;
@@ -9,10 +10,11 @@
    result) and records, per step, the tokens each request was scheduled, the step before
    which each request arrived and in which order, and each request's first hit (the
    restore of its first admission);
-3. runs :mod:`engines.vllm_scheduler` (vLLM's real ``Scheduler``) with every request
-   added before the same step in the same order;
+3. runs :mod:`engines.vllm_scheduler` (vLLM's real ``Scheduler``, synchronous, or its
+   ``AsyncScheduler`` with ``--async-scheduling``) with every request added before the
+   same step in the same order;
 4. prints both token hit rates, the requests whose first hits differ, both preemption
-   counts and the first step whose schedule differs.
+   counts, the first step that preempted and the first step whose schedule differs.
 
 Exit 0 when every step and every hit agree.
 """
@@ -42,6 +44,8 @@ class TimedComparison:
         hyckpt_hits, vllm_hits: first hit per request.
         hyckpt_steps, vllm_steps: step -> request id -> tokens scheduled.
         hyckpt_preemptions, vllm_preemptions: totals.
+        first_preemption: the first step in which either preempted a request (``None``:
+            neither did).
     """
 
     budget_bytes: int
@@ -54,15 +58,17 @@ class TimedComparison:
     vllm_steps: dict[int, dict[str, int]]
     hyckpt_preemptions: int
     vllm_preemptions: int
+    first_preemption: int | None
 
     def differing(self) -> list[int]:
         """Indices of the requests whose first hits differ."""
         return common.differing(self.hyckpt_hits, self.vllm_hits)
 
     def first_differing_step(self) -> int | None:
-        """The first step whose schedule differs (``None``: none)."""
+        """The first step whose schedule differs (``None``: none); a step that schedules
+        nothing equals no step (an async scheduler's last call waits for an output)."""
         for step in sorted(set(self.hyckpt_steps) | set(self.vllm_steps)):
-            if self.hyckpt_steps.get(step) != self.vllm_steps.get(step):
+            if (self.hyckpt_steps.get(step) or {}) != (self.vllm_steps.get(step) or {}):
                 return step
         return None
 
@@ -101,6 +107,7 @@ def run_hyckpt_recorded(scenario: Any, items: Sequence[Any]) -> tuple[Any, Any, 
 
     arrival: dict[str, tuple[int, int]] = {}
     steps: dict[int, dict[str, int]] = {}
+    preempted: list[int] = []
     arrive, schedule = EngineCore._arrive, Planning._schedule
 
     def recording_arrive(self: Any, index: int, request: Any, arrival_s: float) -> None:
@@ -109,7 +116,10 @@ def run_hyckpt_recorded(scenario: Any, items: Sequence[Any]) -> tuple[Any, Any, 
         arrive(self, index, request, arrival_s)
 
     def recording_schedule(self: Any) -> Any:
+        before = self.metrics.preemptions
         plan = schedule(self)
+        if self.metrics.preemptions > before:
+            preempted.append(plan.step)
         tokens = {seq.request_id: n for seq, n in plan.decodes.items()}
         tokens.update({seq.request_id: c.end - c.start for seq, c in plan.prefills.items()})
         steps[plan.step] = tokens
@@ -122,7 +132,7 @@ def run_hyckpt_recorded(scenario: Any, items: Sequence[Any]) -> tuple[Any, Any, 
         mock.patch.object(Planning, "_schedule", recording_schedule),
     ):
         recorder, result, _ = common.run_hyckpt(unfused, items)
-    return recorder, result, {"arrival": arrival, "steps": steps}
+    return recorder, result, {"arrival": arrival, "steps": steps, "preempted": preempted}
 
 
 def compare(
@@ -131,6 +141,7 @@ def compare(
     seed: int = 1,
     requests: int | None = None,
     overrides: dict[str, object] | None = None,
+    async_scheduling: bool = False,
 ) -> TimedComparison:
     """Run both on the scenario's workload at ``budget_bytes`` and ``rate``."""
     from engines import vllm_replay
@@ -151,6 +162,7 @@ def compare(
         config.token_budget,
         config.max_num_seqs,
         max_model_len=max(longest_request(converted), 1) * 2,
+        async_scheduling=async_scheduling,
     )
     if vllm.plan.block_size != config.block_size:
         raise RuntimeError(
@@ -169,6 +181,7 @@ def compare(
         vllm_steps=theirs.steps,
         hyckpt_preemptions=int(result.totals["preemptions"]),
         vllm_preemptions=sum(theirs.preemptions.values()),
+        first_preemption=min(record["preempted"][:1] + theirs.preempted_steps[:1], default=None),
     )
 
 
@@ -186,6 +199,8 @@ def report(comparison: TimedComparison, show: int, out: TextIO) -> None:
         f"steps hyckpt {len(c.hyckpt_steps)}, vLLM {len(c.vllm_steps)}",
         file=out,
     )
+    if c.first_preemption is not None:
+        print(f"  first preemption in step {c.first_preemption}", file=out)
     if step is None:
         print("  every step's schedule equal", file=out)
     else:
@@ -215,12 +230,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser.add_argument("--requests", type=int, default=None, help="(the scenario's 600)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--show", type=int, default=8, help="differences printed")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="drive vLLM's AsyncScheduler as vllm serve does by default",
+    )
     args = parser.parse_args(argv)
     stream = out or sys.stdout
     agree = True
     for gib in args.budget_gib:
         for rate in args.rate:
-            comparison = compare(int(gib * common.GIB), rate, args.seed, args.requests)
+            comparison = compare(
+                int(gib * common.GIB),
+                rate,
+                args.seed,
+                args.requests,
+                async_scheduling=args.async_scheduling,
+            )
             report(comparison, args.show, stream)
             agree &= not comparison.differing() and comparison.first_differing_step() is None
     return 0 if agree else 1

@@ -10,7 +10,9 @@ requests, seed 1, float32 state):
   resumed by vLLM with its generated token (hyckpt starts it over: a documented
   difference); without ``cache.required_captures`` they part at step 6411 (hyckpt admits
   a request without its checkpoint's pages), without ``cache.states_in_place`` at 6414
-  (a checkpoint still being copied is not yet evictable).
+  (a checkpoint still being copied is not yet evictable);
+* vLLM's default async scheduling (a step scheduled before the previous one's output is
+  processed) schedules the same steps where nothing is preempted.
 
 Skipped where vLLM 0.33 is not importable; run in the engine venv:
 ``.venv-engines/bin/python -m pytest tests/tooling/test_vllm_timed_fidelity.py``.
@@ -56,3 +58,12 @@ def test_each_allocation_rule_moves_the_first_difference(
         changed = [rid for rid in step if step[rid] != theirs.get(rid)]
         assert changed == ["multi_turn_chat/111/2"]
         assert theirs[changed[0]] == step[changed[0]] + 1  # prompt + its generated token
+
+
+def test_async_scheduling_schedules_the_same_steps_without_preemption() -> None:
+    # vllm serve's default: step k + 1 is scheduled before step k's output is processed.
+    # Without memory pressure that moves nothing: the same steps, the same hits.
+    comparison = timed.compare(10 * GIB, 4.0, requests=300, async_scheduling=True)
+    assert comparison.vllm_preemptions == 0
+    assert comparison.first_differing_step() is None
+    assert comparison.differing() == []
