@@ -160,6 +160,20 @@ class Completion(CopyStream):
         seq.phase = Phase.DONE
         if self.alpha_tuner is not None:
             self.alpha_tuner.on_finish(seq.index, seq.request)
+        if self._async_scheduling:
+            # SEMANTICS H9f: the engine takes the step's output in after planning the next
+            # step; until then the request holds what it held.
+            self._finishing.append(seq)
+            self.metrics.requests_finished += 1
+            self._leave(seq, self._now)
+            return
+        self._let_go(seq)
+        self.metrics.requests_finished += 1
+        self._leave(seq, self._now)
+
+    def _let_go(self, seq: Seq) -> None:
+        """Finished ``seq`` gives back its states, caches its answer (``cache_generated``)
+        and frees its KV blocks and batch slot."""
         if self._states_per_running:
             # Before the answer's state is captured: the engine hands the request's own
             # state over to the cache rather than copying it (SEMANTICS H9).
@@ -173,8 +187,6 @@ class Completion(CopyStream):
         seq.batch_slot = -1
         seq.hashed = None
         seq.digests = ()
-        self.metrics.requests_finished += 1
-        self._leave(seq, self._now)
 
     def _cache_answer(self, seq: Seq) -> None:
         """Cache what finished ``seq`` computed of its answer (``cache_generated``).

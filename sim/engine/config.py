@@ -333,6 +333,11 @@ class SimConfig:
             (the Mamba kernels take state indices into the cache blocks,
             ``mamba_mixer2.py``; docs/SEMANTICS.md H9e); ``False``: copies on the copy
             stream.
+        async_scheduling: the timed engine plans a step before it has taken in the
+            previous step's output, as vLLM does by default (``AsyncScheduler``,
+            ``EngineCore.step_with_batch_queue``): a request that finished in a step gives
+            its KV, states and batch slot back only after the next step is planned
+            (docs/SEMANTICS.md H9f); ``False``: at the end of its step. A replay ignores it.
         admit_full_prompt: a request is admitted only when the pages its whole prompt
             would take as one chunk (its KV past the hit, and with unified memory its
             running states and that chunk's checkpoints) are free, as vLLM's
@@ -432,6 +437,7 @@ class SimConfig:
     interleaved_free: bool = False
     required_captures: bool = False
     states_in_place: bool = False
+    async_scheduling: bool = False
     admit_full_prompt: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
@@ -553,6 +559,7 @@ class SimConfig:
             "interleaved_free",
             "required_captures",
             "states_in_place",
+            "async_scheduling",
             "admit_full_prompt",
             "workload_hints",
         ):

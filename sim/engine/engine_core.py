@@ -85,6 +85,9 @@ class EngineCore:
         self._interleaved_free = config.interleaved_free
         self._required_captures = config.required_captures
         self._states_in_place = config.states_in_place
+        # SEMANTICS H9f; a replay takes each output in at once.
+        self._async_scheduling = config.async_scheduling and config.mode == "engine"
+        self._finishing: list[Seq] = []
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks
         # Unified memory and running states both evict a checkpoint before the index is
@@ -222,6 +225,24 @@ class EngineCore:
         for reason, count in self.pool.evictions.items():
             counter[f"kv:{reason}"] += count
         return counter
+
+    # --- finished requests ------------------------------------------------------------
+
+    def _let_go(self, seq: Seq) -> None:
+        """Finished ``seq`` gives back what it holds (implemented by
+        :class:`~sim.engine.completion.Completion`)."""
+        raise NotImplementedError
+
+    def _take_in_finished(self) -> bool:
+        """``async_scheduling`` (SEMANTICS H9f): the requests that finished in the last
+        step let go of what they hold now, the next step being planned; whether any did."""
+        finishing = self._finishing
+        if not finishing:
+            return False
+        self._finishing = []
+        for seq in finishing:
+            self._let_go(seq)
+        return True
 
     # --- arrivals and departures ------------------------------------------------------
 

@@ -59,6 +59,7 @@ class Planning(EngineCore):
             if not taken:
                 break
             budget -= taken
+        plan.after_let_go = self._take_in_finished()  # SEMANTICS H9f
         rate = config.faults.preempt_mid_prefill_rate
         # Only a step with other work can lose a request this way: a step left empty
         # would make no progress (at rate 1 a lone request would be preempted forever).

@@ -259,7 +259,8 @@ def vllm_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
     block in each Mamba group plus ``num_speculative_blocks`` = ``spec_tokens`` more with
     speculative decoding (``MambaBase.get_kv_cache_spec``,
     ``vllm/model_executor/layers/mamba/abstract.py``, ReplaySSM off as by default;
-    ``MambaManager.get_num_blocks_to_allocate`` adds them in align mode)."""
+    ``MambaManager.get_num_blocks_to_allocate`` adds them in align mode). And that it
+    schedules asynchronously (SEMANTICS H9f)."""
     memory = gpu.memory_bytes
     if memory >= 160 * GIB:
         budget, running = 16384, 1024
@@ -271,6 +272,9 @@ def vllm_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "cache.token_budget": budget,
         "engine.max_num_seqs": running,
         "cache.running_states": 1 + spec_tokens,
+        # VllmConfig turns async scheduling on unless something rules it out
+        # (vllm/config/vllm.py): EngineCore.step_with_batch_queue.
+        "engine.async_scheduling": True,
     }
 
 

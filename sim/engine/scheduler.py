@@ -91,11 +91,12 @@ class Engine(FusedDecode):
         env = self.env
         # Unified memory: a decode's page may evict a checkpoint, which must happen at
         # SimPy's time (a capture copy due earlier may still publish): no fused steps.
-        fuse = self.config.fuse_decode_steps and not self._unified
+        fuse = self.config.fuse_decode_steps and not self._unified and not self._async_scheduling
         plan: StepPlan | None = None  # a step planned ahead by the fused loop
         while True:
             if plan is None:
                 if not self.running and not self.waiting:
+                    self._take_in_finished()  # nothing to plan: the output is taken in
                     if self._arrivals_done:
                         return
                     self._idle = env.event()
@@ -105,6 +106,9 @@ class Engine(FusedDecode):
                 self._now = env.now
                 plan = self._schedule()
             if plan.empty:
+                if plan.after_let_go:  # memory came back after this step was planned
+                    plan = None
+                    continue
                 job = self._last_capture_job
                 if not self.running and self.waiting and job is not None and job.is_alive:
                     # Checkpoints being written hold the slots the head needs for its

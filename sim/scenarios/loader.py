@@ -562,6 +562,7 @@ def _assemble(
             seed=seed,
             sample_interval_s=engine["sample_interval_s"],
             fuse_decode_steps=engine["fuse_decode_steps"],
+            async_scheduling=engine["async_scheduling"],
             closed_loop=closed_loop(
                 tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
             ),

@@ -269,6 +269,12 @@ _SIM_ENGINE: dict[str, Key] = {
         number(0.0, MAX_SECONDS, strict=True), 1.0, "seconds between series samples"
     ),
     "fuse_decode_steps": Key(boolean, True, "fuse decode-only steps (same results, faster)"),
+    "async_scheduling": Key(
+        boolean,
+        False,
+        "plan a step before taking in the previous step's output (vLLM's default): a "
+        "finished request's memory comes back after the next step is planned",
+    ),
     "mfu": Key(number(0.0, 1.0, strict=True), 0.5, "achieved fraction of peak FLOP/s"),
     "mbu": Key(number(0.0, 1.0, strict=True), 0.8, "achieved fraction of HBM bandwidth"),
     "copy_efficiency": Key(number(0.0, 1.0, strict=True), 0.8, "copy fraction of HBM bandwidth"),
@@ -281,6 +287,7 @@ _SIM_ENGINE: dict[str, Key] = {
 TIMING_ONLY_KEYS = (
     "engine.sample_interval_s",
     "engine.fuse_decode_steps",
+    "engine.async_scheduling",
     "engine.mfu",
     "engine.mbu",
     "engine.copy_efficiency",

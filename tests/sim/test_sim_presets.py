@@ -443,11 +443,13 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
         "cache.token_budget": 16384,
         "engine.max_num_seqs": 1024,
         "cache.running_states": 1,
+        "engine.async_scheduling": True,
     }
     assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=48 * GIB)) == {
         "cache.token_budget": 2048,
         "engine.max_num_seqs": 256,
         "cache.running_states": 1,
+        "engine.async_scheduling": True,
     }
     # MTP: MambaSpec.num_speculative_blocks = num_speculative_tokens more blocks per group.
     assert vllm_scheduling(h200, spec_tokens=2)["cache.running_states"] == 3
@@ -463,6 +465,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
         f'[cache]\nengine = "vllm"\n{budget}\ntoken_budget = 4096\n[engine]\nmax_num_seqs = 64'
     ).sim_config
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
+    assert config.async_scheduling and not sglang.async_scheduling
 
 
 def test_sglang_chunks_ignore_the_steps_decodes() -> None:

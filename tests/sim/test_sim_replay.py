@@ -144,8 +144,12 @@ requests = 20
 def test_a_scenario_selects_the_replay_and_refuses_timing_keys() -> None:
     scenario = load_scenario_text(SCENARIO, "replayed.toml")
     assert scenario.sim_config.mode == "replay"
+    # A preset's timed-engine keys are not the file's: the vllm preset replays.
+    vllm = load_scenario_text(SCENARIO + '[cache]\nengine = "vllm"\n', "replayed.toml")
+    assert vllm.sim_config.mode == "replay" and vllm.sim_config.async_scheduling
     for table, line in (
         ("engine", "mfu = 0.4"),
+        ("engine", "async_scheduling = true"),
         ("workload", 'sessions = "closed"'),
         ("faults", "copy_delay_s = 0.1"),
         ("expect", "max_ttft_p99_s = 1.0"),

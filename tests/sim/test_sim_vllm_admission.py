@@ -134,3 +134,23 @@ def test_required_captures_needs_unified_memory() -> None:
         ("states_in_place = 0", r"cache\.states_in_place"),
     ):
         assert_chat_scenario_refuses(cache, says)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_finished_requests_memory_comes_back_after_the_next_step_is_planned(
+    asynchronous: bool,
+) -> None:
+    # A budget of 2s + 4 pages. a (40 tokens, 2 output tokens) runs its prefill in step 1
+    # (3 KV pages, its state, its checkpoint at 32) and its decode in step 2, and finishes
+    # there. b (40 unrelated tokens) arrives during step 1; in step 2 one fresh page and
+    # a's published checkpoint (s) are free, short of b's 3 pages and state.
+    # - Synchronously a lets go as step 2 ends: b runs in step 3.
+    # - Asynchronously step 3 is planned before a's output is taken in: b waits, a lets
+    #   go after that planning, and b runs in step 4; step 3 computed nothing.
+    config = vllm_like(4, slots=2, async_scheduling=asynchronous)
+    b = Request("b/0", 1e-9, "b", 0, Prompt([(2, 40)]), 1, (0,), "x")
+    engine, backend = run_with(config, [request("a", 1, 40, 2), b])
+    assert chunks_of(backend, "b/0") == [(0, 40)]
+    assert engine.step == (4 if asynchronous else 3)
+    assert engine.metrics.steps == 3
+    assert engine.metrics.requests_finished == 2
