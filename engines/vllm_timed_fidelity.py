@@ -1,7 +1,7 @@
 """hyckpt's timed engine with the ``vllm`` preset against vLLM 0.33's own scheduler, step by step.
 
 ``python -m engines.vllm_timed_fidelity [--budget-gib G ...] [--rate R ...] [--requests N]
-[--seed S] [--async-scheduling]`` (in ``.venv-engines``; docs/SIMULATION.md §1c, "Under
+[--seed S] [--sync-scheduling]`` (in ``.venv-engines``; docs/SIMULATION.md §1c, "Under
 load"):
 
 1. builds the ``engine-presets-timed`` scenario with the ``vllm`` preset (float32 state,
@@ -10,8 +10,9 @@ load"):
    result) and records, per step, the tokens each request was scheduled, the step before
    which each request arrived and in which order, and each request's first hit (the
    restore of its first admission);
-3. runs :mod:`engines.vllm_scheduler` (vLLM's real ``Scheduler``, synchronous, or its
-   ``AsyncScheduler`` with ``--async-scheduling``) with every request added before the
+3. runs :mod:`engines.vllm_scheduler` (vLLM's real ``AsyncScheduler``, ``vllm serve``'s
+   default, or with ``--sync-scheduling`` its synchronous ``Scheduler``, hyckpt's engine
+   then with ``engine.async_scheduling = false``) with every request added before the
    same step in the same order;
 4. prints both token hit rates, the requests whose first hits differ, both preemption
    counts, the first step that preempted and the first step whose schedule differs.
@@ -141,14 +142,16 @@ def compare(
     seed: int = 1,
     requests: int | None = None,
     overrides: dict[str, object] | None = None,
-    async_scheduling: bool = False,
+    async_scheduling: bool = True,
 ) -> TimedComparison:
-    """Run both on the scenario's workload at ``budget_bytes`` and ``rate``."""
+    """Run both on the scenario's workload at ``budget_bytes`` and ``rate``, scheduling
+    asynchronously (vLLM's default; the preset's ``engine.async_scheduling``) or not."""
     from engines import vllm_replay
     from engines.replay_common import longest_request
     from engines.vllm_scheduler import VllmSchedulerReplay
 
-    scenario = build_scenario(budget_bytes, rate, seed, requests, overrides)
+    mode = {"engine.async_scheduling": async_scheduling}
+    scenario = build_scenario(budget_bytes, rate, seed, requests, mode | (overrides or {}))
     items = common.workload(scenario)
     recorder, result, record = run_hyckpt_recorded(scenario, items)
     config = scenario.sim_config
@@ -231,9 +234,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--show", type=int, default=8, help="differences printed")
     parser.add_argument(
-        "--async-scheduling",
+        "--sync-scheduling",
         action="store_true",
-        help="drive vLLM's AsyncScheduler as vllm serve does by default",
+        help="vLLM's synchronous Scheduler (--no-async-scheduling) and hyckpt's engine "
+        "with engine.async_scheduling = false (default: both asynchronous, vLLM's default)",
     )
     args = parser.parse_args(argv)
     stream = out or sys.stdout
@@ -245,7 +249,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 rate,
                 args.seed,
                 args.requests,
-                async_scheduling=args.async_scheduling,
+                async_scheduling=not args.sync_scheduling,
             )
             report(comparison, args.show, stream)
             agree &= not comparison.differing() and comparison.first_differing_step() is None
