@@ -171,6 +171,21 @@ class Completion(CopyStream):
         self.metrics.requests_finished += 1
         self._leave(seq, self._now)
 
+    def _take_in_finished(self) -> bool:
+        """``async_scheduling`` (SEMANTICS H9f): the requests that finished in the last
+        step let go of what they hold now, the next step being planned; whether any did.
+        The states their answers leave (``cache_generated``) are captured now, issued
+        with a copy job of their own (a step's job starts from an empty list)."""
+        finishing = self._finishing
+        if not finishing:
+            return False
+        self._finishing = []
+        for seq in finishing:
+            self._let_go(seq)
+        if self._step_writes:
+            self._issue_captures()
+        return True
+
     def _let_go(self, seq: Seq) -> None:
         """Finished ``seq`` gives back its states, caches its answer (``cache_generated``)
         and frees its KV blocks and batch slot."""

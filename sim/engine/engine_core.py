@@ -234,15 +234,9 @@ class EngineCore:
         raise NotImplementedError
 
     def _take_in_finished(self) -> bool:
-        """``async_scheduling`` (SEMANTICS H9f): the requests that finished in the last
-        step let go of what they hold now, the next step being planned; whether any did."""
-        finishing = self._finishing
-        if not finishing:
-            return False
-        self._finishing = []
-        for seq in finishing:
-            self._let_go(seq)
-        return True
+        """``async_scheduling``: the last step's finished requests let go (implemented by
+        :class:`~sim.engine.completion.Completion`)."""
+        raise NotImplementedError
 
     # --- arrivals and departures ------------------------------------------------------
 
