@@ -164,10 +164,8 @@ class Completion(CopyStream):
             # SEMANTICS H9f: the engine takes the step's output in after planning the next
             # step; until then the request holds what it held.
             self._finishing.append(seq)
-            self.metrics.requests_finished += 1
-            self._leave(seq, self._now)
-            return
-        self._let_go(seq)
+        else:
+            self._let_go(seq)
         self.metrics.requests_finished += 1
         self._leave(seq, self._now)
 

@@ -251,13 +251,7 @@ class Planning(EngineCore):
         puts in chunk ``[start, end)`` of ``seq`` (junctions ``branch``) that take pages of
         their own: all but the one at ``end`` its running state becomes
         (``state_handover``)."""
-        chunk = PrefillChunk(
-            start=start,
-            end=end,
-            prompt_len=seq.prompt_len,
-            turn_starts=self._hints(seq.request, "turn_starts"),
-            branch_points=branch,
-        )
+        chunk = self._prefill_chunk(seq, start, end, branch)
         # The state is lent at the chunk's end unless it is lent already and stays put.
         lent = self._handover and (not seq.state_lent or self._state_moves(seq, end))
         positions = self.placement.positions(chunk)
@@ -318,13 +312,7 @@ class Planning(EngineCore):
     def _plan_chunk(self, seq: Seq, start: int, end: int, plan: StepPlan) -> None:
         """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it."""
         request = seq.request
-        chunk = PrefillChunk(
-            start=start,
-            end=end,
-            prompt_len=seq.prompt_len,
-            turn_starts=self._hints(request, "turn_starts"),
-            branch_points=seq.branch_points,
-        )
+        chunk = self._prefill_chunk(seq, start, end, seq.branch_points)
         reservations: list[Reservation] = []
         from_checkpoint = 0 < start == seq.tracked
         positions = self.placement.positions(chunk)
@@ -363,6 +351,18 @@ class Planning(EngineCore):
                     self._take_back_running_state(seq)
             reservations.sort(key=_tokens)  # ascending: the order the backend computes them
         plan.prefills[seq] = _Chunk(start, end, reservations, from_checkpoint)
+
+    def _prefill_chunk(
+        self, seq: Seq, start: int, end: int, branch: tuple[int, ...]
+    ) -> PrefillChunk:
+        """Chunk ``[start, end)`` of ``seq`` as placement sees it (junctions ``branch``)."""
+        return PrefillChunk(
+            start=start,
+            end=end,
+            prompt_len=seq.prompt_len,
+            turn_starts=self._hints(seq.request, "turn_starts"),
+            branch_points=branch,
+        )
 
     def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
         """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
