@@ -36,23 +36,27 @@ SCENARIO = "engine-presets"
 
 
 class HitRecorder(ShadowBackend):
-    """The shadow backend, also recording each request's prompt length and restored hit
-    (tokens): the per-request hit, which ``SimResult`` does not carry."""
+    """The shadow backend, also recording each request's prompt length and the hit
+    (tokens) of its first admission: the per-request hit, which ``SimResult`` does not
+    carry (a resumption's hit, after a preemption, is not its first)."""
 
     def __init__(self, implementation: Any) -> None:
         super().__init__(implementation)
         self.prompt_tokens: dict[str, int] = {}
         self.hits: dict[str, int] = {}
+        self.admissions: dict[str, int] = {}
 
     def start(self, request: Any, batch_slot: int) -> None:
         super().start(request, batch_slot)
         self.prompt_tokens.setdefault(request.request_id, len(request.prompt))
+        self.admissions[request.request_id] = self.admissions.get(request.request_id, 0) + 1
 
     def restore(
         self, request_id: str, batch_slot: int, slot: int, tokens: int, block_table: Sequence[int]
     ) -> None:
         super().restore(request_id, batch_slot, slot, tokens, block_table)
-        self.hits.setdefault(request_id, tokens)  # a replay never preempts: one each
+        if self.admissions.get(request_id) == 1:
+            self.hits.setdefault(request_id, tokens)
 
 
 def engine_presets_scenario(

@@ -29,6 +29,7 @@ from sim.engine.config import (
     MAX_SEED,
     MEMORY_MODES,
     MODES,
+    PREEMPTION_MODES,
     Faults,
     SimConfig,
 )
@@ -231,6 +232,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "admission; 0: live states outside the cache (default: %(default)s)",
     )
     parser.add_argument(
+        "--preemption",
+        default=defaults.preemption,
+        choices=PREEMPTION_MODES,
+        help="timed engine: what a preempted request keeps. restart: nothing, it generates "
+        "its output anew; resume: its output, prefilled again with its prompt, as vLLM and "
+        "SGLang do (default: %(default)s)",
+    )
+    parser.add_argument(
         "--spec-tokens",
         type=int,
         default=defaults.spec_tokens,
@@ -266,6 +275,11 @@ def check_args(args: argparse.Namespace) -> None:
     if not 0 <= args.seed <= MAX_SEED:
         raise InvalidConfigError(
             f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
+        )
+    if args.mode == "replay" and args.preemption != SimConfig().preemption:
+        raise InvalidConfigError(
+            "--preemption sets what the timed engine's preempted requests keep; a replay "
+            "(--mode replay) never preempts: leave it out"
         )
     if args.memory == "unified":
         given = [
@@ -381,6 +395,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             closed_loop=closed_loop(args.sessions, trace=args.trace is not None),
             cache_generated=args.cache_generated,
             running_states=args.running_states,
+            preemption=args.preemption,
             mode=args.mode,
             faults=Faults(),
         )

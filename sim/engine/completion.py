@@ -52,7 +52,7 @@ class Completion(CopyStream):
         checker, metrics, backend = self.checker, self.metrics, self.backend
         checker.step = plan.step
         metrics.steps += 1
-        if plan.handovers:  # the states moved this step: their old pages are free again
+        if plan.handovers or plan.lent_held:  # states moved: their old pages are free again
             self._end_handovers(plan)
         faults = self.config.faults
         writes = self._step_writes = []
@@ -93,11 +93,11 @@ class Completion(CopyStream):
             metrics.recomputed_tokens += chunk.end - chunk.start
             seq.computed = chunk.end
             self._register(seq)
-            if seq.computed == seq.prompt_len:
+            if seq.computed == seq.prefill_len:
                 for mismatch in backend.prefill_done(rid, seq.batch_slot, seq.blocks):
                     checker.on_mismatch(seq.hit_slot, mismatch)
                 seq.phase = Phase.DECODE
-                seq.generated = 1
+                seq.generated = seq.resumed + 1  # SEMANTICS H9g: a resumed one goes on
                 metrics.decode_tokens += 1
                 if seq.first_token_s < 0:
                     seq.first_token_s = now_s
@@ -141,8 +141,11 @@ class Completion(CopyStream):
                 self._finish(seq)
 
     def _register(self, seq: Seq) -> None:
-        """Register the prompt blocks ``seq`` has fully computed, for prefix sharing."""
-        cached = min(seq.computed, seq.prompt_len)
+        """Register the prompt blocks ``seq`` has fully computed, for prefix sharing (and
+        with ``cache_generated`` the blocks of output a resumed request recomputed, by its
+        answer's digests: SEMANTICS H9g)."""
+        prompt = seq.prompt_len
+        cached = min(seq.computed, seq.prefill_len if self._cache_generated else prompt)
         if self.config.kv_up_to_checkpoint:  # SEMANTICS H8a: KV goes in with a state
             cached = min(cached, seq.tracked)
         full = cached // self._block
@@ -154,6 +157,8 @@ class Completion(CopyStream):
             self.pool.register_many(
                 seq.blocks[start:full], seq.digests[start:full], parent, start, seq.hashed
             )
+            past_prompt = max(start, prompt // self._block)
+            self.metrics.generated_blocks_registered += max(0, full - past_prompt)
             seq.registered = full
 
     def _finish(self, seq: Seq) -> None:

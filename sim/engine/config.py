@@ -37,6 +37,8 @@ SGLANG_STATES_PER_RUNNING_REQUEST = {"sglang": 3, "sglang-extra-buffer": 5}
 STATE_DTYPES = ("bfloat16", "float16", "float32")
 #: How a run is driven: the timed SimPy engine, or a cache-only replay in arrival order.
 MODES = ("engine", "replay")
+#: What a preempted request keeps (``SimConfig.preemption``).
+PREEMPTION_MODES = ("restart", "resume")
 #: Fault switches that only a timed engine has (copy timing, preemption).
 TIMED_FAULTS = (
     "preempt_mid_prefill_rate",
@@ -338,6 +340,17 @@ class SimConfig:
             ``EngineCore.step_with_batch_queue``): a request that finished in a step gives
             its KV, states and batch slot back only after the next step is planned
             (docs/SEMANTICS.md H9f); ``False``: at the end of its step. A replay ignores it.
+        admit_after_preemption: a step whose planning preempted a request still admits
+            from the waiting queue (the preempted request first); ``False``: it admits
+            nothing, as vLLM's ``Scheduler.schedule`` schedules waiting requests only when
+            it preempted none this step (docs/SEMANTICS.md H9g). A replay never preempts.
+        preemption: what a preempted request keeps (timed engine). ``restart``: nothing;
+            readmitted, it looks its prompt up again and generates its output anew.
+            ``resume``: its output tokens, as vLLM and SGLang keep them
+            (``Request.num_tokens`` = prompt + output; SGLang's ``reset_for_retract``
+            leaves ``output_ids``): readmitted, it looks up and prefills its prompt and
+            the output it had, then goes on decoding (docs/SEMANTICS.md H9g). A request
+            whose workload gives no ``answer`` restarts. A replay never preempts.
         admit_full_prompt: a request is admitted only when the pages its whole prompt
             would take as one chunk (its KV past the hit, and with unified memory its
             running states and that chunk's checkpoints) are free, as vLLM's
@@ -438,6 +451,8 @@ class SimConfig:
     required_captures: bool = False
     states_in_place: bool = False
     async_scheduling: bool = False
+    preemption: str = "restart"
+    admit_after_preemption: bool = True
     admit_full_prompt: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
@@ -560,6 +575,7 @@ class SimConfig:
             "required_captures",
             "states_in_place",
             "async_scheduling",
+            "admit_after_preemption",
             "admit_full_prompt",
             "workload_hints",
         ):
@@ -604,6 +620,11 @@ class SimConfig:
             )
         if self.memory == "unified":
             self._check_unified()
+        if self.preemption not in PREEMPTION_MODES:
+            raise InvalidConfigError(
+                f"SimConfig.preemption must be one of {', '.join(PREEMPTION_MODES)}, "
+                f"got {self.preemption!r}"
+            )
         if self.mode not in MODES:
             raise InvalidConfigError(
                 f"SimConfig.mode must be one of {', '.join(MODES)}, got {self.mode!r}"

@@ -61,10 +61,13 @@ class CopyStream(EngineCore):
 
     def _start_restore_job(self, slots: list[int], duration: float, plan: StepPlan) -> None:
         """Run the step's restore copies on the copy stream; the step's compute waits.
-        With ``states_in_place`` there is no copy: the step reads each state where it is
-        (its pins go now: nothing evicts before the next step is planned)."""
+        With ``states_in_place`` there is no copy: the step reads each state where it is,
+        and the request holds it (pinned) until its turn in the next step's planning."""
         if self._states_in_place:
-            self._restores_complete(slots)
+            # SEMANTICS H9h: each request holds its hit's block until its next turn.
+            for seq in plan.restores:
+                self.checker.on_restore_complete(seq.hit_slot)
+                seq.held.append(seq.hit_slot)
             return
         plan.restore_done = self.env.event()
         self.env.process(self._restore_job(slots, duration, plan.restore_done))

@@ -88,6 +88,13 @@ class EngineCore:
         # SEMANTICS H9f; a replay takes each output in at once.
         self._async_scheduling = config.async_scheduling and config.mode == "engine"
         self._finishing: list[Seq] = []
+        self._resume_output = config.preemption == "resume"  # SEMANTICS H9g
+        # SEMANTICS H9a: checkpoint slot -> the request whose running state's pages it took.
+        self._lent_holders: dict[int, Seq] = {}
+        # SEMANTICS H9h: states live in the request's blocks, which it holds until its turn
+        # in the next step's planning; capture slot -> the request that wrote it.
+        self._hold_until_turn = config.states_in_place
+        self._capture_holders: dict[int, Seq] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks
         # Unified memory and running states both evict a checkpoint before the index is
@@ -395,6 +402,57 @@ class EngineCore:
             kept = count - 1 if seq.state_lent else count
             seq.state_lent = False
             self._shared_pool.withheld -= kept * self._slot_pages
+        self._let_go_of_lent(seq)
+
+    def _hold_lent(self, seq: Seq, slot: int) -> None:
+        """``seq``'s running state's pages went to the checkpoint reserved in ``slot``
+        (:meth:`_lend_running_state`): pinned once published, while the state is there."""
+        seq.lent_slot = slot
+        self._lent_holders[slot] = seq
+
+    def _pin_if_held(self, slot: int) -> None:
+        """Checkpoint ``slot`` was just published: pin it if a running request's state is
+        still in it (SEMANTICS H9a: vLLM frees that block only once the state moved on),
+        or until the turn of the request that wrote it in the next step's planning
+        (H9h)."""
+        writer = self._capture_holders.pop(slot, None)
+        holder = self._lent_holders.pop(slot, None)
+        if holder is not None and holder.state_lent and holder.lent_slot == slot:
+            self._pin(slot)
+            holder.lent_pinned = True
+        elif writer is not None and writer.batch_slot >= 0:
+            self._pin(slot)
+            writer.held.append(slot)
+
+    def _pin(self, slot: int) -> None:
+        self.index.pin(slot)
+        if self._unified:
+            self._ledger.pin(slot)
+
+    def _release_held(self, seq: Seq) -> None:
+        """``seq``'s turn (or its end): the checkpoints it held since its last step are
+        unpinned (SEMANTICS H9h)."""
+        held, seq.held = seq.held, []
+        for slot in held:
+            self._unpin(slot)
+
+    def _let_go_of_lent(self, seq: Seq) -> None:
+        """``seq`` no longer holds the checkpoint its state's pages went to, nor those it
+        held since its last step: unpinned."""
+        self._release_held(seq)
+        if seq.lent_pinned:
+            self._unpin(seq.lent_slot)
+        self._lent_holders.pop(seq.lent_slot, None)
+        seq.lent_slot, seq.lent_pinned = -1, False
+
+    def _leave_lent(self, seq: Seq, plan: StepPlan) -> None:
+        """``seq``'s state moves on from its lent checkpoint this step: the step holds it
+        (pinned) until it completes."""
+        if seq.lent_pinned:
+            plan.lent_held.append((seq, seq.lent_slot))
+        else:
+            self._lent_holders.pop(seq.lent_slot, None)
+        seq.lent_slot, seq.lent_pinned = -1, False
 
     def _lend_running_state(self, seq: Seq) -> None:
         """``state_handover``: the checkpoint at the end of ``seq``'s chunk is the block
@@ -421,11 +479,18 @@ class EngineCore:
         plan.handovers.append(seq)
 
     def _end_handovers(self, plan: StepPlan, seq: Seq | None = None) -> None:
-        """Free the old states' pages the step held (only ``seq``'s when it is given, a
-        request preempted while the step is planned)."""
+        """Free the old states' pages the step held, and unpin the checkpoints states left
+        (only ``seq``'s when it is given, a request preempted while the step is planned)."""
         for moved in [s for s in plan.handovers if seq is None or s is seq]:
             plan.handovers.remove(moved)
             self._shared_pool.withheld -= self._slot_pages
+        for held in [h for h in plan.lent_held if seq is None or h[0] is seq]:
+            plan.lent_held.remove(held)
+            holder, slot = held
+            if self._hold_until_turn and seq is None and holder.batch_slot >= 0:
+                holder.held.append(slot)  # H9h: until its turn in the next step
+            else:
+                self._unpin(slot)
 
     def _free_slots(self, count: int) -> bool:
         """Split memory: evict the index policy's victims until ``count`` free slots lie
@@ -517,11 +582,17 @@ class EngineCore:
             self.metrics.captures_published += 1
             if self._unified:
                 self._ledger.published(reservation.slot, self._shared_pool.tick())
+            if self._lent_holders or self._capture_holders:
+                self._pin_if_held(reservation.slot)
         else:
+            self._lent_holders.pop(reservation.slot, None)
+            self._capture_holders.pop(reservation.slot, None)
             self.metrics.captures_cancelled += 1
             self._release_bytes(reservation.slot)
 
     def _abort(self, reservation: Reservation) -> None:
+        self._lent_holders.pop(reservation.slot, None)
+        self._capture_holders.pop(reservation.slot, None)
         self.index.abort(reservation)
         self.metrics.captures_aborted += 1
         self._release_bytes(reservation.slot)

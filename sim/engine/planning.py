@@ -32,9 +32,12 @@ class Planning(EngineCore):
         plan = StepPlan(self.step)
         config = self.config
         budget = config.token_budget
+        preempted = self.metrics.preemptions
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
+            if seq.held:  # SEMANTICS H9h: its turn
+                self._release_held(seq)
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
                 plan.decodes[seq] = tokens
@@ -45,7 +48,9 @@ class Planning(EngineCore):
                 break
             if seq.phase is not Phase.PREFILL:
                 continue
-            end = self._chunk_end(seq.computed, seq.prompt_len, budget, seq.branch_points)
+            if seq.held:
+                self._release_held(seq)
+            end = self._chunk_end(seq, seq.computed, budget, seq.branch_points)
             if end == seq.computed:
                 continue  # less than a block of budget left for an aligned chunk
             captures = 0
@@ -54,7 +59,8 @@ class Planning(EngineCore):
             if self._grow(seq, end, plan, captures):
                 self._plan_chunk(seq, seq.computed, end, plan)
                 budget -= end - seq.computed
-        while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
+        admit = config.admit_after_preemption or self.metrics.preemptions == preempted
+        while admit and self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
             taken = self._admit(self.waiting[0], budget, plan)
             if not taken:
                 break
@@ -102,21 +108,49 @@ class Planning(EngineCore):
             self._take_handover(seq, plan)
         if retake:
             self._take_back_running_state(seq)
+            self._leave_lent(seq, plan)
         return True
 
-    def _chunk_end(self, start: int, prompt_len: int, budget: int, stops: tuple[int, ...]) -> int:
-        """Where a prefill chunk from ``start`` ends with ``budget`` tokens left in the step:
-        ``min(prompt_len, start + budget)``. With ``block_aligned_chunks`` (vLLM's align
-        mode, ``Scheduler._mamba_block_aligned_split``) a chunk that does not finish the
-        prompt ends on a block boundary (``start`` itself, an empty chunk, when less than
-        a block is left), and a chunk stops at a branch point of the request inside it
-        (the junction where its prompt leaves the cached KV)."""
-        end = min(prompt_len, start + budget)
+    def _chunk_end(self, seq: Seq, start: int, budget: int, stops: tuple[int, ...]) -> int:
+        """Where a prefill chunk of ``seq`` from ``start`` ends with ``budget`` tokens left
+        in the step: ``min(prefill_len, start + budget)``. With ``block_aligned_chunks``
+        (vLLM's align mode, ``Scheduler._mamba_block_aligned_split``) a chunk that does not
+        finish the prefill ends on a block boundary (``start`` itself, an empty chunk, when
+        less than a block is left), a resumed request's chunk stops where vLLM's does
+        (:meth:`_resumed_stop`), and a chunk stops at a branch point of the request inside
+        it (the junction where its prompt leaves the cached KV)."""
+        total = seq.prefill_len
+        end = min(total, start + budget)
         if not self._aligned_chunks:
             return end
-        if end < prompt_len:
+        # vLLM splits up to its prefill's end, which for a resumed request is the last
+        # token it had sampled (num_tokens - 1): that token's step is a decode's.
+        prefill_end = total - 1 if seq.resumed else total
+        if end < prefill_end:
             end = max(start, end // self._block * self._block)
+        if seq.resumed:
+            end = self._resumed_stop(seq, start, end)
         return min((stop for stop in stops if start < stop < end), default=end)
+
+    def _resumed_stop(self, seq: Seq, start: int, end: int) -> int:
+        """SEMANTICS H9g: a resumed request's chunk ``[start, end)`` stops at the last
+        block boundary below its last token, ``L = floor((N - 1)/B)*B`` (``N =
+        prefill_len``, vLLM's ``num_tokens``), unless the chunk exports the prefill
+        checkpoint from inside, at ``floor((N - 2)/B)*B`` (its prefill ends at ``N - 1``):
+        ``last_cache_position`` and ``use_internal_checkpoint`` in
+        ``Scheduler._mamba_block_aligned_split``, ``is_mamba_prefill_checkpoint_valid``.
+        For a request that was not preempted the two positions are equal and the stop
+        never applies (a chunk holding it exports it)."""
+        block, total = self._block, seq.prefill_len
+        last = (total - 1) // block * block
+        checkpoint = (total - 2) // block * block
+        exported = (
+            end >= total - 1
+            and start % block == 0
+            and start + block <= checkpoint
+            and start < checkpoint < end
+        )
+        return last if not exported and start < last < end else end
 
     def _state_moves(self, seq: Seq, tokens: int) -> bool:
         """``state_handover`` (SEMANTICS H9a): computing ``seq`` from ``seq.computed`` up
@@ -128,10 +162,12 @@ class Planning(EngineCore):
         """Admit the head of the queue if its first chunk fits; tokens scheduled (0 = not)."""
         if not self._free_batch or not self.pool.free_count():
             return 0
-        block, n = self._block, seq.prompt_len
+        block, n = self._block, seq.prefill_len
         request = seq.request
         if seq.hashed is None:
-            seq.hashed = request.prompt.hashed(self._namespace, self.config.unit)
+            # A resumed request (SEMANTICS H9g) looks up the first n tokens of its answer.
+            source = request.answer if seq.resumed else request.prompt  # type: ignore[attr-defined]
+            seq.hashed = source.hashed(self._namespace, self.config.unit)
             seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
         self.checker.request_id = request.request_id
         if seq.admissions == 0:
@@ -151,7 +187,7 @@ class Planning(EngineCore):
             branch = (*branch, cached_end)
         if self._drop_leaf_kv and present and cached_end < n:
             self._split_at_match_end(seq, present)
-        end = self._chunk_end(p, n, budget, branch)
+        end = self._chunk_end(seq, p, budget, branch)
         if end == p:  # an aligned chunk needs a block of budget: wait for the next step
             return 0
         # The pages for the chunk, or the request's running states, may come from
@@ -196,7 +232,6 @@ class Planning(EngineCore):
         seq.phase = Phase.PREFILL
         seq.blocks = blocks
         seq.computed = p
-        seq.generated = 0
         seq.registered = shared
         seq.hit_tokens = p
         seq.tracked = p
@@ -208,9 +243,10 @@ class Planning(EngineCore):
             if seq.after_warmup:
                 metrics.warm_requests += 1
                 metrics.warm_prompt_tokens += n
+        seq.generated = seq.resumed
         # The hit itself is counted when its restore is issued (_issue_restores).
         seq.branch_points = branch
-        self.backend.start(request, seq.batch_slot)
+        self.backend.start(seq.started(), seq.batch_slot)
         if hit is not None:
             seq.hit_slot = hit.slot
             if self._unified:  # pinned above
@@ -239,23 +275,47 @@ class Planning(EngineCore):
             if pages + chunk > free:
                 return False
         if self._admit_full_prompt:
-            whole = -(-seq.prompt_len // self._block)
+            whole = -(-seq.prefill_len // self._block)
             if self._required_captures:
-                whole += self._capture_pages(seq, hit, seq.prompt_len, ())
+                whole += self._capture_pages(seq, hit, seq.prefill_len, (), whole=True)
             if pages + whole > free:
                 return False
         return True
 
-    def _capture_pages(self, seq: Seq, start: int, end: int, branch: tuple[int, ...]) -> int:
+    def _capture_pages(
+        self, seq: Seq, start: int, end: int, branch: tuple[int, ...], *, whole: bool = False
+    ) -> int:
         """``required_captures`` (SEMANTICS H9e): the pages of the checkpoints placement
         puts in chunk ``[start, end)`` of ``seq`` (junctions ``branch``) that take pages of
         their own: all but the one at ``end`` its running state becomes
-        (``state_handover``)."""
-        chunk = self._prefill_chunk(seq, start, end, branch)
+        (``state_handover``), and a resumed request's transient prefill checkpoint
+        (:meth:`_transient_checkpoint`). ``whole``: its whole prefill as one chunk of a
+        prompt that long, as vLLM's full-sequence admission check counts it."""
+        positions = self._positions(seq, start, end, branch, whole=whole)
         # The state is lent at the chunk's end unless it is lent already and stays put.
         lent = self._handover and (not seq.state_lent or self._state_moves(seq, end))
-        positions = self.placement.positions(chunk)
-        return (len(positions) - (lent and end in positions)) * self._slot_pages
+        count = len(positions) - (lent and end in positions)
+        count += self._transient_checkpoint(seq, start, end, positions)
+        return count * self._slot_pages
+
+    def _transient_checkpoint(
+        self, seq: Seq, start: int, end: int, positions: tuple[int, ...]
+    ) -> bool:
+        """``required_captures`` (SEMANTICS H9g): whether vLLM gives a resumed request's
+        chunk ``[start, end)`` a prefill-checkpoint block that no placement position
+        keeps. Its allocation keys the checkpoint on the chunk's end, ``p = floor((end -
+        1)/B)*B``, for a chunk reaching its prefill's end (``N - 1``) that can export it
+        (``MambaManager.get_num_blocks_to_allocate``, ``_needs_internal_checkpoint``);
+        beyond the prompt's retained boundary the state is not kept
+        (``_cache_partial_tail_block`` evicts it), but its block is held for the step."""
+        if not (self._required_captures and seq.resumed):
+            return False
+        block = self._block
+        if end < seq.prefill_len - 1:
+            return False
+        p = (end - 1) // block * block
+        exported = start % block == 0 and start + block <= p and start < p < end
+        return exported and p not in positions
 
     def _split_at_match_end(self, seq: Seq, present: int) -> None:
         """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV (``present`` full
@@ -271,7 +331,7 @@ class Planning(EngineCore):
         if not pool.children(last):
             return
         end = present * self._block
-        limit = min(end + self._block, seq.prompt_len - 1)
+        limit = min(end + self._block, seq.prefill_len - 1)
         tokens = hashed.token_bytes(end, limit)
         shared = pool.shared_past(last, tokens)
         at = hashed.digest(end + shared) if shared else last
@@ -312,10 +372,9 @@ class Planning(EngineCore):
     def _plan_chunk(self, seq: Seq, start: int, end: int, plan: StepPlan) -> None:
         """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it."""
         request = seq.request
-        chunk = self._prefill_chunk(seq, start, end, seq.branch_points)
         reservations: list[Reservation] = []
         from_checkpoint = 0 < start == seq.tracked
-        positions = self.placement.positions(chunk)
+        positions = self._positions(seq, start, end, seq.branch_points)
         if positions:
             seq.tracked = max(seq.tracked, *positions)
             self.checker.request_id = request.request_id
@@ -347,22 +406,37 @@ class Planning(EngineCore):
                 outcome = self._reserve(seq.hashed, position)
                 if outcome is not None:
                     reservations.append(outcome)
+                    if lend:
+                        self._hold_lent(seq, outcome.slot)
+                    elif self._hold_until_turn:
+                        self._capture_holders[outcome.slot] = seq
                 elif lend:
                     self._take_back_running_state(seq)
             reservations.sort(key=_tokens)  # ascending: the order the backend computes them
+        if self._transient_checkpoint(seq, start, end, positions):
+            self._take_handover(seq, plan)  # its block, held for the step (H9g)
         plan.prefills[seq] = _Chunk(start, end, reservations, from_checkpoint)
 
-    def _prefill_chunk(
-        self, seq: Seq, start: int, end: int, branch: tuple[int, ...]
-    ) -> PrefillChunk:
-        """Chunk ``[start, end)`` of ``seq`` as placement sees it (junctions ``branch``)."""
-        return PrefillChunk(
+    def _positions(
+        self, seq: Seq, start: int, end: int, branch: tuple[int, ...], *, whole: bool = False
+    ) -> tuple[int, ...]:
+        """The positions placement chooses in chunk ``[start, end)`` of ``seq`` (junctions
+        ``branch``). Placement sees the prompt: a resumed request's chunk (SEMANTICS H9g)
+        is cut at the prompt's end, and one wholly past it holds no checkpoint, as vLLM
+        keeps the states of ``replay_boundaries(num_prompt_tokens)``. ``whole``: the chunk
+        is seen as part of a prompt of ``prefill_len`` tokens."""
+        prompt_len = seq.prefill_len if whole else seq.prompt_len
+        end = min(end, prompt_len)
+        if start >= end:
+            return ()
+        chunk = PrefillChunk(
             start=start,
             end=end,
-            prompt_len=seq.prompt_len,
+            prompt_len=prompt_len,
             turn_starts=self._hints(seq.request, "turn_starts"),
             branch_points=branch,
         )
+        return self.placement.positions(chunk)
 
     def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
         """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
@@ -380,7 +454,13 @@ class Planning(EngineCore):
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
         self.metrics.preemptions += 1
-        self.metrics.discarded_decode_tokens += seq.generated  # decoded again after resuming
+        if self._resume_output and seq.generated and self._has_answer(seq):
+            # SEMANTICS H9g: it keeps its output and prefills it again when readmitted.
+            seq.resumed = seq.generated
+            seq.hashed, seq.digests = None, ()
+        else:
+            self.metrics.discarded_decode_tokens += seq.generated  # decoded again
+            seq.resumed = 0
         chunk = plan.prefills.pop(seq, None)
         if chunk is not None and not self.config.faults.skip_abort_on_preempt:
             self.checker.request_id = seq.request_id
@@ -395,7 +475,7 @@ class Planning(EngineCore):
         seq.blocks = []
         if self._states_per_running:
             self._give_back_running_states(seq)
-        if plan.handovers:
+        if plan.handovers or plan.lent_held:
             self._end_handovers(plan, seq)
         self.backend.release(seq.request_id, seq.batch_slot)
         self._free_batch.append(seq.batch_slot)
@@ -404,3 +484,10 @@ class Planning(EngineCore):
         seq.computed = seq.generated = seq.registered = seq.hit_tokens = 0
         seq.hit_slot = -1
         self.waiting.appendleft(seq)
+
+    @staticmethod
+    def _has_answer(seq: Seq) -> bool:
+        """Whether the workload gives ``seq``'s output tokens (its ``answer``), which a
+        resumed prefill recomputes."""
+        answer = getattr(seq.request, "answer", None)
+        return answer is not None and len(answer) >= seq.prompt_len + seq.generated

@@ -275,6 +275,12 @@ def vllm_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         # VllmConfig turns async scheduling on unless something rules it out
         # (vllm/config/vllm.py): EngineCore.step_with_batch_queue.
         "engine.async_scheduling": True,
+        # A preempted request keeps its output: Request.num_tokens is prompt + output,
+        # and Scheduler._mamba_block_aligned_split treats the replay of its output as
+        # prefill (vllm/v1/core/sched/scheduler.py).
+        "engine.preemption": "resume",
+        # Scheduler.schedule schedules the waiting queue only `if not preempted_reqs`.
+        "engine.admit_after_preemption": False,
     }
 
 

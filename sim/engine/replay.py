@@ -74,10 +74,12 @@ class Replayer(Engine):
             if seq.phase is Phase.DONE:  # a one-token answer finishes with its prefill
                 return  # (and _complete has taken it out of the running list)
         last = seq.prompt_len + seq.output_tokens - 1
+        if seq.held:  # its decode's turn (SEMANTICS H9h)
+            self._release_held(seq)
         decode = StepPlan(self.step)
         grown = self._grow(seq, last, decode)
         assert grown, "a lone request always fits (the rejection rule)"
-        if decode.handovers:  # its state moved at least once: the old pages are free again
+        if decode.handovers or decode.lent_held:  # its state moved: the old pages are free
             self._end_handovers(decode)
         self.metrics.decode_tokens += seq.output_tokens - seq.generated
         if last > seq.computed:

@@ -100,6 +100,16 @@ class Seq:
         state_lent: with ``state_handover``, the pages of one of its running states went
             to the checkpoint at the end of its latest chunk (vLLM's state block there
             becomes that checkpoint); it takes new ones when its state moves on.
+        lent_slot: the checkpoint its running state's pages went to (``state_lent``), -1
+            for none; once published it is pinned while the state is there (SEMANTICS
+            H9a: vLLM's request holds that block until its state has moved on).
+        lent_pinned: ``lent_slot`` is published and pinned.
+        held: checkpoint slots it holds pinned until its turn in the next step's planning
+            (``states_in_place``, SEMANTICS H9h): those its last step read or wrote in
+            its own blocks.
+        resumed: output tokens it keeps from before its latest preemption
+            (``preemption = "resume"``, SEMANTICS H9g): its prefill recomputes its prompt
+            and them (``prefill_len`` tokens of its answer); 0 otherwise.
     """
 
     request: RequestLike
@@ -124,6 +134,70 @@ class Seq:
     branch_points: tuple[int, ...] = ()
     tracked: int = 0
     state_lent: bool = False
+    lent_slot: int = -1
+    lent_pinned: bool = False
+    held: list[int] = field(default_factory=list)
+    resumed: int = 0
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def prefill_len(self) -> int:
+        """Tokens its prefill computes: its prompt, and the output it kept when it was
+        preempted (``resumed``)."""
+        return self.prompt_len + self.resumed
+
+    def started(self) -> RequestLike | ResumedRequest:
+        """What the backend starts: the request, or when it resumes with output tokens a
+        :class:`ResumedRequest` whose prompt is the first ``prefill_len`` tokens of its
+        answer."""
+        if not self.resumed:
+            return self.request
+        answer = self.request.answer  # type: ignore[attr-defined]  # checked at preemption
+        return ResumedRequest(self.request, AnswerPrefix(answer, self.prefill_len), answer)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerPrefix:
+    """The first ``length`` tokens of a request's ``answer`` (its prompt and the output
+    tokens it kept): the prompt a request resumed after a preemption recomputes.
+
+    Attributes:
+        answer: the request's answer (a :class:`PromptSource` of at least ``length``
+            tokens).
+        length: tokens.
+    """
+
+    answer: PromptSource
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def tokens(self, vocab: int | None = None) -> array[int]:
+        return self.answer.tokens(vocab)[: self.length]
+
+    def hashed(self, namespace: str, unit: int) -> HashedPrompt:
+        return HashedPrompt(self.tokens(), namespace=namespace, unit=unit)
+
+
+@dataclass(frozen=True, slots=True)
+class ResumedRequest:
+    """A request resumed after a preemption with its output tokens, as a backend starts
+    it (:meth:`~sim.engine.backends.base.Backend.start`): its ``prompt`` is what its
+    prefill recomputes, its ``answer`` the same as the request's.
+
+    Attributes:
+        request: the workload's request.
+        prompt: :class:`AnswerPrefix` of its answer.
+        answer: the request's answer.
+    """
+
+    request: RequestLike
+    prompt: PromptSource
+    answer: PromptSource
 
     @property
     def request_id(self) -> str:

@@ -58,6 +58,9 @@ class StepPlan:
         restore_done: triggered when the step's restore job completed.
         handovers: requests whose state moved to a new block this step and whose old
             state's pages the step holds (``state_handover``, SEMANTICS H9).
+        lent_held: ``(request, slot)`` of each pinned checkpoint a request's running state
+            left this step (its ``lent_slot``): unpinned when the step completes
+            (SEMANTICS H9a).
         after_let_go: requests that finished in the previous step let go of their memory
             after this step was planned (``async_scheduling``, SEMANTICS H9f).
     """
@@ -68,6 +71,7 @@ class StepPlan:
     restores: list[Seq] = field(default_factory=list)
     restore_done: simpy.Event | None = None
     handovers: list[Seq] = field(default_factory=list)
+    lent_held: list[tuple[Seq, int]] = field(default_factory=list)
     after_let_go: bool = False
 
     @property

@@ -563,6 +563,8 @@ def _assemble(
             sample_interval_s=engine["sample_interval_s"],
             fuse_decode_steps=engine["fuse_decode_steps"],
             async_scheduling=engine["async_scheduling"],
+            preemption=engine["preemption"],
+            admit_after_preemption=engine["admit_after_preemption"],
             closed_loop=closed_loop(
                 tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
             ),

@@ -38,6 +38,7 @@ from sim.engine.config import (
     MAX_TOKEN_BUDGET,
     MEMORY_MODES,
     MODES,
+    PREEMPTION_MODES,
     SHARE_RULES,
 )
 from sim.engine.costs import GPU_PRESETS
@@ -275,6 +276,18 @@ _SIM_ENGINE: dict[str, Key] = {
         "plan a step before taking in the previous step's output (vLLM's default): a "
         "finished request's memory comes back after the next step is planned",
     ),
+    "admit_after_preemption": Key(
+        boolean,
+        True,
+        "a step that preempted a request still admits waiting ones (vLLM: false, it "
+        "schedules the waiting queue only in a step that preempted none)",
+    ),
+    "preemption": Key(
+        choice(list(PREEMPTION_MODES)),
+        "restart",
+        "what a preempted request keeps: restart (nothing: it generates its output anew) "
+        "or resume (its output: it prefills its prompt and output, then decodes on)",
+    ),
     "mfu": Key(number(0.0, 1.0, strict=True), 0.5, "achieved fraction of peak FLOP/s"),
     "mbu": Key(number(0.0, 1.0, strict=True), 0.8, "achieved fraction of HBM bandwidth"),
     "copy_efficiency": Key(number(0.0, 1.0, strict=True), 0.8, "copy fraction of HBM bandwidth"),
@@ -288,6 +301,8 @@ TIMING_ONLY_KEYS = (
     "engine.sample_interval_s",
     "engine.fuse_decode_steps",
     "engine.async_scheduling",
+    "engine.preemption",
+    "engine.admit_after_preemption",
     "engine.mfu",
     "engine.mbu",
     "engine.copy_efficiency",

@@ -444,12 +444,16 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
         "engine.max_num_seqs": 1024,
         "cache.running_states": 1,
         "engine.async_scheduling": True,
+        "engine.preemption": "resume",
+        "engine.admit_after_preemption": False,
     }
     assert vllm_scheduling(dataclasses.replace(h200, memory_bytes=48 * GIB)) == {
         "cache.token_budget": 2048,
         "engine.max_num_seqs": 256,
         "cache.running_states": 1,
         "engine.async_scheduling": True,
+        "engine.preemption": "resume",
+        "engine.admit_after_preemption": False,
     }
     # MTP: MambaSpec.num_speculative_blocks = num_speculative_tokens more blocks per group.
     assert vllm_scheduling(h200, spec_tokens=2)["cache.running_states"] == 3

@@ -92,24 +92,24 @@ def test_an_admission_waits_for_the_pages_of_its_checkpoint(required: bool) -> N
 
 @pytest.mark.parametrize("full", [False, True])
 def test_an_admission_waits_for_the_pages_of_its_whole_prompt(full: bool) -> None:
-    # A budget of 3s + 8 pages, a 100-token step budget; a (40 tokens, 30 output tokens)
-    # and b (100 tokens) arrive together. Step 1: a's chunk [0, 40) holds 3 KV pages, s
-    # for its state and s for its checkpoint at 32 (reserved until the step ends), leaving
-    # s + 5. b gets 60 tokens of budget: its aligned first chunk is [0, 48), 3 pages and s
-    # for its state, which fit; its whole prompt, 7 pages and s, does not.
-    # - Without the rule b runs [0, 48) in step 1, leaving 2 fresh pages. In step 2 a's
-    #   checkpoint is published (evictable: s pages more count as free, s + 2), but b's
-    #   chunk [48, 100) needs 4 pages and s for the state it moves into (the old one is
-    #   held for the step): b, the youngest, is preempted, and readmitted at once with
-    #   its 3 cached blocks as a junction: [0, 48) again, then [48, 100).
-    # - With it b waits; in step 2 (s + 5 fresh, s evictable) it is admitted and, with 99
-    #   tokens of budget after a's decode, runs [0, 96) and then [96, 100).
-    config = vllm_like(8, slots=3, admit_full_prompt=full, token_budget=100)
-    engine, backend = run_with(config, [request("a", 1, 40, 30), request("b", 2, 100, 1)])
-    assert chunks_of(backend, "b/0") == (
-        [(0, 96), (96, 100)] if full else [(0, 48), (0, 48), (48, 100)]
+    # A budget of 3s + 8 pages, a 100-token step budget, no state handover (H9a); a (40
+    # tokens, 30 output tokens) and b (100 tokens) arrive together. Step 1: a's chunk
+    # [0, 40) holds 3 KV pages, s for its state and s for its checkpoint at 32 (reserved
+    # until the step ends), leaving s + 5. b gets 60 tokens of budget: its aligned first
+    # chunk is [0, 48), 3 pages and s for its state, which fit; its whole prompt, 7 pages
+    # and s, does not.
+    # - Without the rule b runs [0, 48) in step 1, leaving 2 fresh pages, and [48, 100)
+    #   in step 2: a's checkpoint, published as step 1 ended and held by a until its turn
+    #   (H9h: a decodes first), is evicted for b's 4 pages.
+    # - With it b waits; in step 2 (s + 5 fresh, and s evictable once a's turn has come)
+    #   it is admitted and, with 99 tokens of budget after a's decode, runs [0, 96) and
+    #   then [96, 100).
+    config = vllm_like(
+        8, slots=3, admit_full_prompt=full, token_budget=100, state_handover=False
     )
-    assert engine.metrics.preemptions == (0 if full else 1)
+    engine, backend = run_with(config, [request("a", 1, 40, 30), request("b", 2, 100, 1)])
+    assert chunks_of(backend, "b/0") == ([(0, 96), (96, 100)] if full else [(0, 48), (48, 100)])
+    assert engine.metrics.preemptions == 0
 
 
 def test_states_in_place_publish_a_capture_when_its_step_ends() -> None:
