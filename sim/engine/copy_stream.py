@@ -67,7 +67,7 @@ class CopyStream(EngineCore):
             # SEMANTICS H9h: each request holds its hit's block until its next turn.
             for seq in plan.restores:
                 self.checker.on_restore_complete(seq.hit_slot)
-                seq.held.append(seq.hit_slot)
+                self._hold(seq, seq.hit_slot)
             return
         plan.restore_done = self.env.event()
         self.env.process(self._restore_job(slots, duration, plan.restore_done))

@@ -402,7 +402,6 @@ class EngineCore:
             kept = count - 1 if seq.state_lent else count
             seq.state_lent = False
             self._shared_pool.withheld -= kept * self._slot_pages
-        self._let_go_of_lent(seq)
 
     def _hold_lent(self, seq: Seq, slot: int) -> None:
         """``seq``'s running state's pages went to the checkpoint reserved in ``slot``
@@ -422,24 +421,42 @@ class EngineCore:
             holder.lent_pinned = True
         elif writer is not None and writer.batch_slot >= 0:
             self._pin(slot)
-            writer.held.append(slot)
+            self._hold(writer, slot)
 
     def _pin(self, slot: int) -> None:
         self.index.pin(slot)
         if self._unified:
             self._ledger.pin(slot)
 
-    def _release_held(self, seq: Seq) -> None:
-        """``seq``'s turn (or its end): the checkpoints it held since its last step are
-        unpinned (SEMANTICS H9h)."""
-        held, seq.held = seq.held, []
-        for slot in held:
-            self._unpin(slot)
+    def _hold(self, seq: Seq, slot: int) -> None:
+        """SEMANTICS H9h: ``seq`` holds pinned checkpoint ``slot``, which the step being
+        completed read or wrote, until its turn in the next step's planning; with
+        ``async_scheduling`` in the one after (vLLM's ``remove_skipped_blocks`` frees only
+        what processed steps moved past, and a step is scheduled before the previous
+        one's output is processed)."""
+        seq.held.append((slot, self.step + (2 if self._async_scheduling else 1)))
+
+    def _release_held(self, seq: Seq, *, turn: bool = True) -> None:
+        """``seq``'s turn in planning this step (or with ``turn=False`` its end): the
+        checkpoints it held until now (until its end: all) are unpinned (SEMANTICS H9h)."""
+        step = self.step
+        keep = []
+        for slot, until in seq.held:
+            if turn and until > step:
+                keep.append((slot, until))
+            else:
+                self._unpin(slot)
+        seq.held = keep
+        if seq.held_pages:
+            pages = [(n, until) for n, until in seq.held_pages if turn and until > step]
+            freed = sum(n for n, _ in seq.held_pages) - sum(n for n, _ in pages)
+            self._shared_pool.withheld -= freed
+            seq.held_pages = pages
 
     def _let_go_of_lent(self, seq: Seq) -> None:
         """``seq`` no longer holds the checkpoint its state's pages went to, nor those it
         held since its last step: unpinned."""
-        self._release_held(seq)
+        self._release_held(seq, turn=False)
         if seq.lent_pinned:
             self._unpin(seq.lent_slot)
         self._lent_holders.pop(seq.lent_slot, None)
@@ -483,12 +500,17 @@ class EngineCore:
         (only ``seq``'s when it is given, a request preempted while the step is planned)."""
         for moved in [s for s in plan.handovers if seq is None or s is seq]:
             plan.handovers.remove(moved)
-            self._shared_pool.withheld -= self._slot_pages
+            if self._async_scheduling and seq is None and moved.batch_slot >= 0:
+                # vLLM frees the old block at the request's turn once this step's output
+                # is processed: two steps on (H9h).
+                moved.held_pages.append((self._slot_pages, self.step + 2))
+            else:
+                self._shared_pool.withheld -= self._slot_pages
         for held in [h for h in plan.lent_held if seq is None or h[0] is seq]:
             plan.lent_held.remove(held)
             holder, slot = held
             if self._hold_until_turn and seq is None and holder.batch_slot >= 0:
-                holder.held.append(slot)  # H9h: until its turn in the next step
+                self._hold(holder, slot)  # H9h: until its turn in the next step
             else:
                 self._unpin(slot)
 

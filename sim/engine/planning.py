@@ -36,7 +36,7 @@ class Planning(EngineCore):
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
-            if seq.held:  # SEMANTICS H9h: its turn
+            if seq.held or seq.held_pages:  # SEMANTICS H9h: its turn
                 self._release_held(seq)
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
@@ -48,7 +48,7 @@ class Planning(EngineCore):
                 break
             if seq.phase is not Phase.PREFILL:
                 continue
-            if seq.held:
+            if seq.held or seq.held_pages:
                 self._release_held(seq)
             end = self._chunk_end(seq, seq.computed, budget, seq.branch_points)
             if end == seq.computed:
@@ -475,6 +475,7 @@ class Planning(EngineCore):
         seq.blocks = []
         if self._states_per_running:
             self._give_back_running_states(seq)
+        self._let_go_of_lent(seq)
         if plan.handovers or plan.lent_held:
             self._end_handovers(plan, seq)
         self.backend.release(seq.request_id, seq.batch_slot)

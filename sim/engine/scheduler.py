@@ -91,7 +91,13 @@ class Engine(FusedDecode):
         env = self.env
         # Unified memory: a decode's page may evict a checkpoint, which must happen at
         # SimPy's time (a capture copy due earlier may still publish): no fused steps.
-        fuse = self.config.fuse_decode_steps and not self._unified and not self._async_scheduling
+        # Nor when requests hold checkpoints until their next turn (SEMANTICS H9h).
+        fuse = (
+            self.config.fuse_decode_steps
+            and not self._unified
+            and not self._async_scheduling
+            and not self._hold_until_turn
+        )
         plan: StepPlan | None = None  # a step planned ahead by the fused loop
         while True:
             if plan is None:

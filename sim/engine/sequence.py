@@ -104,9 +104,12 @@ class Seq:
             for none; once published it is pinned while the state is there (SEMANTICS
             H9a: vLLM's request holds that block until its state has moved on).
         lent_pinned: ``lent_slot`` is published and pinned.
-        held: checkpoint slots it holds pinned until its turn in the next step's planning
-            (``states_in_place``, SEMANTICS H9h): those its last step read or wrote in
-            its own blocks.
+        held: ``(slot, step)`` of each checkpoint it holds pinned until its turn in
+            planning that step (``states_in_place``, SEMANTICS H9h): those a step read or
+            wrote in its own blocks, until the next step (with ``async_scheduling`` the
+            one after).
+        held_pages: ``(pages, step)``: with ``async_scheduling``, the pages of a state it
+            left (H9a), held until its turn in planning that step.
         resumed: output tokens it keeps from before its latest preemption
             (``preemption = "resume"``, SEMANTICS H9g): its prefill recomputes its prompt
             and them (``prefill_len`` tokens of its answer); 0 otherwise.
@@ -136,7 +139,8 @@ class Seq:
     state_lent: bool = False
     lent_slot: int = -1
     lent_pinned: bool = False
-    held: list[int] = field(default_factory=list)
+    held: list[tuple[int, int]] = field(default_factory=list)
+    held_pages: list[tuple[int, int]] = field(default_factory=list)
     resumed: int = 0
 
     @property
