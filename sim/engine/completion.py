@@ -13,7 +13,6 @@ from reference.api import Reservation
 from sim.engine.answer_state import answer_state_position
 from sim.engine.backends.base import Capture, DecodeStep
 from sim.engine.copy_stream import CopyStream
-from sim.engine.hits import block_digests
 from sim.engine.sequence import Phase, Seq
 from sim.engine.step_plan import ChunkRelease, StepPlan
 
@@ -223,7 +222,7 @@ class Completion(CopyStream):
         p = seq.computed
         if answer is None or p > len(answer) or p < 1:
             return
-        block, metrics, config = self._block, self.metrics, self.config
+        metrics, config = self.metrics, self.config
         hashed = answer.hashed(self._namespace, config.unit)
         position = None
         if p > seq.prompt_len and config.generated_state:
@@ -231,18 +230,7 @@ class Completion(CopyStream):
         cached = p
         if config.kv_up_to_checkpoint:  # SEMANTICS H8a: KV goes in with a state
             cached = seq.tracked if position is None else position
-        full = min(cached // block, len(seq.blocks))
-        if full > seq.registered:
-            digests = block_digests(hashed, full, self._units_per_block)
-            start = seq.registered
-            parent = digests[start - 1] if start else None
-            if self._adopt_cached:  # SEMANTICS H10a
-                self.pool.adopt_cached(seq.blocks, start, full, digests)
-            blocks = seq.blocks[start:full]
-            self.pool.register_many(blocks, digests[start:full], parent, start, hashed)
-            past_prompt = max(seq.registered, seq.prompt_len // block)
-            metrics.generated_blocks_registered += max(0, full - past_prompt)
-            seq.registered = full
+        self._register_answer_blocks(seq, hashed, cached)
         if position is None:
             return  # nothing generated was fed, only KV is kept of an answer, or no
             # decode-tracked state (generated_state_grid): the prefill's last one stands

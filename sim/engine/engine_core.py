@@ -403,6 +403,23 @@ class EngineCore:
             seq.state_lent = False
             self._shared_pool.withheld -= kept * self._slot_pages
 
+    def _register_answer_blocks(self, seq: Seq, hashed: HashedPrompt, cached: int) -> None:
+        """Register ``seq``'s full KV blocks of ``[0, cached)`` of its answer (``hashed``)
+        past those registered already (``cache_generated``, SEMANTICS H4)."""
+        block = self._block
+        full = min(cached // block, len(seq.blocks))
+        if full <= seq.registered:
+            return
+        digests = block_digests(hashed, full, self._units_per_block)
+        start = seq.registered
+        parent = digests[start - 1] if start else None
+        if self._adopt_cached:  # SEMANTICS H10a
+            self.pool.adopt_cached(seq.blocks, start, full, digests)
+        self.pool.register_many(seq.blocks[start:full], digests[start:full], parent, start, hashed)
+        past_prompt = max(seq.registered, seq.prompt_len // block)
+        self.metrics.generated_blocks_registered += max(0, full - past_prompt)
+        seq.registered = full
+
     def _hold_lent(self, seq: Seq, slot: int) -> None:
         """``seq``'s running state's pages went to the checkpoint reserved in ``slot``
         (:meth:`_lend_running_state`): pinned once published, while the state is there."""

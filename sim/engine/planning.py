@@ -301,21 +301,29 @@ class Planning(EngineCore):
     def _transient_checkpoint(
         self, seq: Seq, start: int, end: int, positions: tuple[int, ...]
     ) -> bool:
-        """``required_captures`` (SEMANTICS H9g): whether vLLM gives a resumed request's
-        chunk ``[start, end)`` a prefill-checkpoint block that no placement position
-        keeps. Its allocation keys the checkpoint on the chunk's end, ``p = floor((end -
-        1)/B)*B``, for a chunk reaching its prefill's end (``N - 1``) that can export it
-        (``MambaManager.get_num_blocks_to_allocate``, ``_needs_internal_checkpoint``);
-        beyond the prompt's retained boundary the state is not kept
-        (``_cache_partial_tail_block`` evicts it), but its block is held for the step."""
+        """``required_captures`` (SEMANTICS H9g): whether a resumed request's chunk
+        ``[start, end)`` gets a prefill-checkpoint block (:meth:`_internal_checkpoint`)
+        that no kept position is: beyond the prompt's retained boundary vLLM does not keep
+        the state (``_cache_partial_tail_block`` evicts it), but its block is held for
+        the step."""
+        internal = self._internal_checkpoint(seq, start, end)
+        return internal > 0 and internal not in positions
+
+    def _internal_checkpoint(self, seq: Seq, start: int, end: int) -> int:
+        """``required_captures`` (SEMANTICS H9g): the position of the state a resumed
+        request's chunk ``[start, end)`` exports from inside, or 0. vLLM's allocation keys
+        it on the chunk's end, ``p = floor((end - 1)/B)*B``, for a chunk reaching its
+        prefill's end (``N - 1``) that can export it (``MambaManager.
+        get_num_blocks_to_allocate``, ``_needs_internal_checkpoint``,
+        ``is_mamba_prefill_checkpoint_valid``)."""
         if not (self._required_captures and seq.resumed):
-            return False
+            return 0
         block = self._block
         if end < seq.prefill_len - 1:
-            return False
+            return 0
         p = (end - 1) // block * block
         exported = start % block == 0 and start + block <= p and start < p < end
-        return exported and p not in positions
+        return p if exported else 0
 
     def _split_at_match_end(self, seq: Seq, present: int) -> None:
         """``drop_leaf_kv`` (SEMANTICS H10): a lookup whose cached KV (``present`` full
@@ -423,20 +431,28 @@ class Planning(EngineCore):
         """The positions placement chooses in chunk ``[start, end)`` of ``seq`` (junctions
         ``branch``). Placement sees the prompt: a resumed request's chunk (SEMANTICS H9g)
         is cut at the prompt's end, and one wholly past it holds no checkpoint, as vLLM
-        keeps the states of ``replay_boundaries(num_prompt_tokens)``. ``whole``: the chunk
-        is seen as part of a prompt of ``prefill_len`` tokens."""
+        keeps the states of ``replay_boundaries(num_prompt_tokens)``; with
+        ``required_captures`` only those at the chunk's end and at the position it exports
+        from inside. ``whole``: the chunk is seen as part of a prompt of ``prefill_len``
+        tokens."""
         prompt_len = seq.prefill_len if whole else seq.prompt_len
-        end = min(end, prompt_len)
-        if start >= end:
+        cut = min(end, prompt_len)
+        if start >= cut:
             return ()
         chunk = PrefillChunk(
             start=start,
-            end=end,
+            end=cut,
             prompt_len=prompt_len,
             turn_starts=self._hints(seq.request, "turn_starts"),
             branch_points=branch,
         )
-        return self.placement.positions(chunk)
+        positions = self.placement.positions(chunk)
+        if seq.resumed and self._required_captures and not whole:
+            # vLLM's align mode keeps a resumed chunk's state at its end (the running
+            # block) and the one it exports from inside, no other (SEMANTICS H9g).
+            internal = self._internal_checkpoint(seq, start, end)
+            positions = tuple(p for p in positions if p in (end, internal))
+        return positions
 
     def _hints(self, request: RequestLike, name: str) -> tuple[int, ...]:
         """The request's workload hint ``name`` (``branch_points``, ``turn_starts``), or
@@ -454,6 +470,13 @@ class Planning(EngineCore):
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
         self.metrics.preemptions += 1
+        if self._cache_generated and seq.phase is Phase.DECODE and self._has_answer(seq):
+            # SEMANTICS H9g: the blocks its decode filled are cached, as vLLM caches them
+            # when they fill (what is freed stays registered).
+            answer = seq.request.answer  # type: ignore[attr-defined]
+            hashed = answer.hashed(self._namespace, self.config.unit)
+            cached = seq.tracked if self.config.kv_up_to_checkpoint else seq.computed
+            self._register_answer_blocks(seq, hashed, cached)
         if self._resume_output and seq.generated and self._has_answer(seq):
             # SEMANTICS H9g: it keeps its output and prefills it again when readmitted.
             seq.resumed = seq.generated

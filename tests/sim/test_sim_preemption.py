@@ -13,21 +13,26 @@ H9h), worked by hand; ``B = 16``.
 from __future__ import annotations
 
 import dataclasses
+import json
+import tomllib
+from pathlib import Path
 
 import pytest
 
+from reference.api import PrefillChunk
 from reference.errors import InvalidConfigError
+from sim.cli import main as cli_main
 from sim.engine import SimConfig
 from sim.engine.backends import make_backend
-from sim.engine.planning import Planning
 from sim.engine.scheduler import Engine
 from sim.engine.sequence import AnswerPrefix, Seq
 from sim.engine.step_plan import StepPlan
+from sim.scenarios.loader import build_scenario
+from sim.scenarios.schema import ScenarioError
 from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
 from tests.sim.test_sim_engine import assert_clean
-from tests.sim.test_sim_running_states import assert_chat_scenario_refuses
-from tests.sim.test_sim_vllm_admission import chunks_of, run_with, vllm_like
+from tests.sim.test_sim_vllm_admission import chunks_of, vllm_like
 from tests.sim.test_sim_vllm_steps import ChunkRecorder
 
 
@@ -155,3 +160,124 @@ def test_a_step_that_preempted_admits_nothing(admit: bool) -> None:
         ("b/0", 31, 48, 100),
     ]
     assert engine.metrics.preemptions == 2
+
+
+def resumed(engine: Engine, prompt: int, generated: int, output: int = 100) -> Seq:
+    """A request of ``prompt`` tokens preempted after ``generated`` output tokens."""
+    seq = Seq(chat("r", 9, prompt, output), 0, prompt, output)
+    seq.resumed = generated
+    return seq
+
+
+def test_a_resumed_requests_chunks_stop_and_allocate_as_vllms() -> None:
+    # vLLM 0.33 (Scheduler._mamba_block_aligned_split, MambaManager.
+    # get_num_blocks_to_allocate), B = 16, a 33-token prompt resumed with 16 output
+    # tokens: N = num_tokens = 49, its prefill ends at N - 1 = 48, the prompt's retained
+    # boundary is floor(32/16)*16 = 32.
+    engine = Engine(vllm_like(400, slots=4, required_captures=True), [], ChunkRecorder())
+    seq = resumed(engine, 33, 16)
+    assert seq.prefill_len == 49
+    # From its hit at 32 the split's checkpoint, floor((48 - 1)/16)*16 = 32, is not
+    # inside the chunk: it stops at the last block boundary below its last token, 48; the
+    # rest, [48, 49), is its own chunk.
+    assert engine._chunk_end(seq, 32, 8192, ()) == 48
+    assert engine._chunk_end(seq, 48, 8192, ()) == 49
+    # From 0 the split exports 32 from inside: the chunk runs to 49 ...
+    assert engine._chunk_end(seq, 0, 8192, ()) == 49
+    # ... and its allocation keys the exported state on its end, floor(48/16)*16 = 48:
+    # not the prompt's boundary, so neither is kept (vLLM writes one internal state a
+    # chunk); 48's block is held for the step.
+    assert engine._internal_checkpoint(seq, 0, 49) == 48
+    assert engine._positions(seq, 0, 49, ()) == ()
+    assert engine._transient_checkpoint(seq, 0, 49, ())
+    slot = engine._slot_pages
+    assert engine._capture_pages(seq, 0, 49, ()) == slot
+    # A chunk ending at the boundary keeps it (its running block); one short of the
+    # prefill's end exports nothing.
+    assert engine._positions(seq, 0, 32, ()) == (32,)
+    assert engine._internal_checkpoint(seq, 0, 32) == 0
+    # Its full-sequence admission counts the whole prefill as a 49-token prompt: one
+    # checkpoint, at 48.
+    assert engine._positions(seq, 0, 49, (), whole=True) == (48,)
+    assert engine._capture_pages(seq, 0, 49, (), whole=True) == slot
+    # A request that was not preempted is unchanged: a 49-token prompt from 0 runs to 49
+    # with its retained boundary, 48, inside and no transient block.
+    fresh = resumed(engine, 49, 0)
+    assert engine._chunk_end(fresh, 0, 8192, ()) == 49
+    assert engine._positions(fresh, 0, 49, ()) == (48,)
+    assert not engine._transient_checkpoint(fresh, 0, 49, (48,))
+
+
+def test_without_block_aligned_chunks_a_resumed_chunk_is_the_budgets() -> None:
+    engine = Engine(dataclasses.replace(TIGHT, preemption="resume"), [], ChunkRecorder())
+    seq = resumed(engine, 33, 16)
+    assert engine._chunk_end(seq, 32, 8192, ()) == 49
+    assert engine._chunk_end(seq, 0, 20, ()) == 20
+    # Placement sees the prompt: block-floor's position of a 33-token prompt, none past it.
+    prompt = engine.placement.positions(PrefillChunk(start=0, end=33, prompt_len=33))
+    assert engine._positions(seq, 0, 49, ()) == prompt == (16,)
+    assert engine._positions(seq, 33, 49, ()) == ()
+
+
+def held(engine: Engine) -> dict[str, list[tuple[int, int]]]:
+    return {seq.request_id: list(seq.held) for seq in engine.running}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_request_holds_what_its_step_wrote_until_its_next_turn(asynchronous: bool) -> None:
+    # The vLLM-shaped engine with room to spare: a (40 tokens, 4 output tokens) captures
+    # 32 inside its chunk [0, 40) in step 1. As step 1 ends the checkpoint is published
+    # and pinned on a's behalf until a's turn in step 2's planning (asynchronously:
+    # step 3's), when a's decode is planned.
+    config = vllm_like(400, slots=4, async_scheduling=asynchronous)
+    engine = Engine(config, [chat("a", 1, 40, 4)], ChunkRecorder())
+    seen: list[tuple[int, dict[str, list[tuple[int, int]]], int]] = []
+    schedule = engine._schedule
+
+    def recorded() -> StepPlan:
+        before = held(engine)
+        plan = schedule()
+        pins = sum(engine.index.pins(slot) for slot in range(engine.index.inner.capacity))
+        seen.append((plan.step, before, pins))
+        return plan
+
+    engine._schedule = recorded  # type: ignore[method-assign]
+    engine.run()
+    assert_clean(engine)
+    hashed = chat("a", 1, 40, 4).prompt.hashed(engine._namespace, config.unit)
+    hit = engine.index.lookup(engine._namespace, hashed, 0, 39)
+    assert hit is not None and hit.tokens == 32
+    release = 3 if asynchronous else 2
+    assert seen[0] == (1, {}, 0)
+    assert seen[1][1] == {"a/0": [(hit.slot, release)]}
+    # Pinned while planning step 2 only when the hold lasts to step 3.
+    assert seen[1][2] == (1 if asynchronous else 0)
+    assert seen[2][2] == 0
+
+
+def test_bad_preemption_settings_are_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(InvalidConfigError, match=r"SimConfig\.preemption must be one of restart"):
+        SimConfig(preemption="swap")
+    with pytest.raises(InvalidConfigError, match=r"SimConfig\.admit_after_preemption must be a"):
+        SimConfig(admit_after_preemption=1)  # type: ignore[arg-type]
+    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
+    for line, key in (
+        ('preemption = "swap"', r"engine\.preemption.*restart.*resume"),
+        ('admit_after_preemption = "no"', r"engine\.admit_after_preemption"),
+    ):
+        with pytest.raises(ScenarioError, match=key):
+            build_scenario(
+                tomllib.loads(f"{head}[engine]\n{line}\n"), "x.toml", None, base_dir=None
+            )
+    out = tmp_path / "r.json"
+    argv = ["simulate", "--workload", "chat", "--requests", "10"]
+    assert cli_main([*argv, "--preemption", "resume", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["preemption"] == "resume"
+    capsys.readouterr()
+    assert (
+        cli_main(["replay", "--workload", "chat", "--requests", "10", "--preemption", "resume"])
+        == 2
+    )
+    assert "a replay (--mode replay) never preempts" in capsys.readouterr().err

@@ -150,6 +150,8 @@ def test_a_scenario_selects_the_replay_and_refuses_timing_keys() -> None:
     for table, line in (
         ("engine", "mfu = 0.4"),
         ("engine", "async_scheduling = true"),
+        ("engine", 'preemption = "resume"'),
+        ("engine", "admit_after_preemption = false"),
         ("workload", 'sessions = "closed"'),
         ("faults", "copy_delay_s = 0.1"),
         ("expect", "max_ttft_p99_s = 1.0"),

@@ -104,9 +104,7 @@ def test_an_admission_waits_for_the_pages_of_its_whole_prompt(full: bool) -> Non
     # - With it b waits; in step 2 (s + 5 fresh, and s evictable once a's turn has come)
     #   it is admitted and, with 99 tokens of budget after a's decode, runs [0, 96) and
     #   then [96, 100).
-    config = vllm_like(
-        8, slots=3, admit_full_prompt=full, token_budget=100, state_handover=False
-    )
+    config = vllm_like(8, slots=3, admit_full_prompt=full, token_budget=100, state_handover=False)
     engine, backend = run_with(config, [request("a", 1, 40, 30), request("b", 2, 100, 1)])
     assert chunks_of(backend, "b/0") == ([(0, 96), (96, 100)] if full else [(0, 48), (48, 100)])
     assert engine.metrics.preemptions == 0
@@ -170,25 +168,37 @@ def test_a_finished_requests_memory_comes_back_after_the_next_step_is_planned(
     full=st.booleans(),
     in_place=st.booleans(),
     asynchronous=st.booleans(),
+    resume=st.booleans(),
+    admit=st.booleans(),
 )
 @settings(max_examples=20, deadline=None)
 def test_whole_engines_with_the_rules_stay_within_the_budget_and_leak_nothing(
-    extra: int, seed: int, required: bool, full: bool, in_place: bool, asynchronous: bool
+    extra: int,
+    seed: int,
+    required: bool,
+    full: bool,
+    in_place: bool,
+    asynchronous: bool,
+    resume: bool,
+    admit: bool,
 ) -> None:
-    # Any mix of H9e's and H9f's switches on the vLLM-shaped configuration (with vLLM's
-    # release order, H9b/H9d), on chat traffic: after every step the pages held, withheld
-    # and fresh add up to the budget; at the end every pin is gone, every slot free or
-    # published, the lockstep checker clean and the pool consistent. (It found answers'
-    # states captured as a finished request let go under H9f being dropped unissued: their
-    # slots stayed reserved and the engine stalled.) Budgets start at four checkpoints and
-    # 200 pages: below, requests with running states and handovers can preempt each other
-    # forever, with or without these switches (not modelled: a bound on preemptions).
+    # Any mix of H9e's, H9f's and H9g's switches on the vLLM-shaped configuration (with
+    # vLLM's release order, H9b/H9d, and H9h's holds), on chat traffic: after every step
+    # the pages held, withheld and fresh add up to the budget; at the end every pin is
+    # gone, every slot free or published, the lockstep checker clean and the pool
+    # consistent. (It found answers' states captured as a finished request let go under
+    # H9f being dropped unissued: their slots stayed reserved and the engine stalled.)
+    # Budgets start at four checkpoints and 200 pages: below, requests with running
+    # states and handovers can preempt each other forever, with or without these
+    # switches (not modelled: a bound on preemptions).
     config = dataclasses.replace(
         vllm_like(extra, slots=4, token_budget=512, max_num_seqs=4),
         required_captures=required,
         admit_full_prompt=full,
         states_in_place=in_place,
         async_scheduling=asynchronous,
+        preemption="resume" if resume else "restart",
+        admit_after_preemption=admit,
         release_recency=True,
         interleaved_free=True,
         cache_generated=True,
