@@ -35,8 +35,9 @@ the step that computes the chunk; a failed write is aborted.
 When a request needs KV blocks and none are free, the **youngest** running request is
 **preempted**: its blocks are freed (they stay cached), its reservations of this step are
 aborted, and it goes back to the head of the queue; it restarts (looking its prompt up
-again) when readmitted. Decode steps with speculative tokens roll back the blocks of
-rejected tokens.
+again) when readmitted, or with ``preemption = "resume"`` it keeps its output and
+prefills its prompt and that output (SEMANTICS H9g). Decode steps with speculative tokens
+roll back the blocks of rejected tokens.
 
 Consecutive decode-only steps (nothing waiting, no arrival before the step would start)
 run inside one SimPy timeout, with exactly the same per-step logic: the results do not

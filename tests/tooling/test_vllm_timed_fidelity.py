@@ -6,14 +6,17 @@ requests, seed 1, float32 state):
 
 * at 10 GiB and 4 requests a second (no preemption) every step schedules the same
   tokens for the same requests and every hit is equal, synchronous or not;
-* at 5 GiB, synchronous, the schedules agree up to step 6735, where a request preempted in both is
-  resumed by vLLM with its generated token (hyckpt starts it over: a documented
-  difference); without ``cache.required_captures`` they part at step 6411 (hyckpt admits
-  a request without its checkpoint's pages), without ``cache.states_in_place`` at 6414
-  (a checkpoint still being copied is not yet evictable);
+* at 5 GiB (18 preemptions) and at 2 GiB (300 requests, 28 preemptions) too, now that a
+  preempted request resumes with its output (``engine.preemption = "resume"``,
+  SEMANTICS H9g) and a request holds what its step read and wrote until its next turn
+  (H9h); restarting preempted requests parts the schedules at step 6735, the step after
+  the first preemption; without ``cache.required_captures`` they part at step 6411
+  (hyckpt admits a request without its checkpoint's pages), without
+  ``cache.states_in_place`` at 6414 (a checkpoint still being copied is not yet
+  evictable);
 * with vLLM's default async scheduling (a step scheduled before the previous one's
-  output is processed) and the preset's ``engine.async_scheduling``, every hit agrees at
-  5 GiB; without that rule the schedules part 141 steps earlier.
+  output is processed) and the preset's ``engine.async_scheduling`` every step agrees
+  at 5 GiB; without that rule the schedules part at step 6275.
 
 Skipped where vLLM 0.33 is not importable; run in the engine venv:
 ``.venv-engines/bin/python -m pytest tests/tooling/test_vllm_timed_fidelity.py``.
@@ -44,31 +47,37 @@ def test_every_step_and_hit_agree_under_load_without_preemption(asynchronous: bo
 @pytest.mark.parametrize(
     ("overrides", "first_step"),
     [
-        ({}, 6735),
+        ({}, None),
+        ({"engine.preemption": "restart"}, 6735),
         ({"cache.required_captures": False}, 6411),
         ({"cache.states_in_place": False}, 6414),
     ],
 )
-def test_each_allocation_rule_moves_the_first_difference(
-    overrides: dict[str, object], first_step: int
+def test_each_rule_moves_the_first_difference(
+    overrides: dict[str, object], first_step: int | None
 ) -> None:
     comparison = timed.compare(5 * GIB, 4.0, overrides=overrides, async_scheduling=False)
     assert comparison.first_differing_step() == first_step
-    if not overrides:  # the first difference is a resumed preempted request
-        step = comparison.hyckpt_steps[first_step]
-        theirs = comparison.vllm_steps[first_step]
-        changed = [rid for rid in step if step[rid] != theirs.get(rid)]
-        assert changed == ["multi_turn_chat/111/2"]
-        assert theirs[changed[0]] == step[changed[0]] + 1  # prompt + its generated token
+    if not overrides:
+        assert comparison.first_preemption == 6734
+        assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 18
+        assert comparison.differing() == []
 
 
-def test_async_scheduling_lets_a_finished_request_go_after_the_next_step_is_planned() -> None:
-    # vllm serve's default, modelled by engine.async_scheduling (SEMANTICS H9f): at 5 GiB
-    # every hit agrees; without the rule (hyckpt freeing a finished request as its step
-    # ends) the schedules part at step 6275, a step vLLM cannot fit a 205-token prompt in.
-    comparison = timed.compare(5 * GIB, 4.0)
+def test_every_step_agrees_through_many_preemptions() -> None:
+    comparison = timed.compare(2 * GIB, 4.0, requests=300, async_scheduling=False)
+    assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 28
+    assert comparison.first_differing_step() is None
     assert comparison.differing() == []
-    assert comparison.first_differing_step() == 6416  # before a preemption: still different
-    assert comparison.first_preemption == 6734
+
+
+def test_async_scheduling_holds_what_a_step_frees_until_its_output_is_processed() -> None:
+    # vllm serve's default, modelled by engine.async_scheduling (SEMANTICS H9f, H9h): at
+    # 5 GiB every step agrees through 18 preemptions; without the rule (hyckpt freeing a
+    # finished request as its step ends) the schedules part at step 6275, a step vLLM
+    # cannot fit a 205-token prompt in.
+    comparison = timed.compare(5 * GIB, 4.0)
+    assert comparison.first_differing_step() is None
+    assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 18
     without = timed.compare(5 * GIB, 4.0, overrides={"engine.async_scheduling": False})
     assert without.first_differing_step() == 6275
