@@ -36,7 +36,7 @@ from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
-from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan
+from sim.engine.step_plan import ChunkRelease, ProcessGenerator, Retouch, StepPlan
 from sim.engine.unified import SharedKVPool
 
 
@@ -445,17 +445,42 @@ class EngineCore:
         if self._unified:
             self._ledger.pin(slot)
 
+    def _retouch(self, retouch: Retouch) -> None:
+        """``release_recency`` (SEMANTICS H9b): each chunk's start checkpoint is used now,
+        as when its holder lets go of it: a lookup of exactly that position refreshes it
+        in the index, and with unified memory in the shared pool's clock. With
+        ``interleaved_free`` (H9d) it and the chunk's captures form a release group."""
+        for release in retouch:
+            let_go = [r.slot for r in release.captures]
+            if release.start is not None:
+                hashed, position = release.start
+                hit = self.index.lookup(self._namespace, hashed, position - 1, position)
+                if hit is not None and self._unified:
+                    self._ledger.touch(hit.slot, self._shared_pool.tick())
+                    let_go.append(hit.slot)
+            if self._interleaved_free and len(let_go) > 1:
+                self._ledger.release_together(let_go)
+
     def _hold(self, seq: Seq, slot: int) -> None:
         """SEMANTICS H9h: ``seq`` holds pinned checkpoint ``slot``, which the step being
         completed read or wrote, until its turn in the next step's planning; with
         ``async_scheduling`` in the one after (vLLM's ``remove_skipped_blocks`` frees only
         what processed steps moved past, and a step is scheduled before the previous
         one's output is processed)."""
-        seq.held.append((slot, self.step + (2 if self._async_scheduling else 1)))
+        seq.held.append((slot, self._turn_after()))
+
+    def _turn_after(self) -> int:
+        """The step at whose planning a request lets go of what this step held (H9h)."""
+        return self.step + (2 if self._async_scheduling else 1)
+
+    def _holds(self, seq: Seq) -> bool:
+        """Whether ``seq`` holds anything until a turn of its (H9h)."""
+        return bool(seq.held or seq.held_pages)
 
     def _release_held(self, seq: Seq, *, turn: bool = True) -> None:
         """``seq``'s turn in planning this step (or with ``turn=False`` its end): the
-        checkpoints it held until now (until its end: all) are unpinned (SEMANTICS H9h)."""
+        checkpoints and state pages it held until now (until its end: all) are let go of
+        (SEMANTICS H9h)."""
         step = self.step
         keep = []
         for slot, until in seq.held:
@@ -517,10 +542,10 @@ class EngineCore:
         (only ``seq``'s when it is given, a request preempted while the step is planned)."""
         for moved in [s for s in plan.handovers if seq is None or s is seq]:
             plan.handovers.remove(moved)
-            if self._async_scheduling and seq is None and moved.batch_slot >= 0:
-                # vLLM frees the old block at the request's turn once this step's output
-                # is processed: two steps on (H9h).
-                moved.held_pages.append((self._slot_pages, self.step + 2))
+            if self._hold_until_turn and seq is None and moved.batch_slot >= 0:
+                # H9h: vLLM frees the old block at the request's turn in the next step
+                # (two steps on asynchronously: once this step's output is processed).
+                moved.held_pages.append((self._slot_pages, self._turn_after()))
             else:
                 self._shared_pool.withheld -= self._slot_pages
         for held in [h for h in plan.lent_held if seq is None or h[0] is seq]:

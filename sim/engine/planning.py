@@ -36,7 +36,7 @@ class Planning(EngineCore):
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
-            if seq.held or seq.held_pages:  # SEMANTICS H9h: its turn
+            if self._holds(seq):  # SEMANTICS H9h: its turn
                 self._release_held(seq)
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
@@ -48,7 +48,7 @@ class Planning(EngineCore):
                 break
             if seq.phase is not Phase.PREFILL:
                 continue
-            if seq.held or seq.held_pages:
+            if self._holds(seq):
                 self._release_held(seq)
             end = self._chunk_end(seq, seq.computed, budget, seq.branch_points)
             if end == seq.computed:

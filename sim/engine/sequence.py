@@ -108,8 +108,8 @@ class Seq:
             planning that step (``states_in_place``, SEMANTICS H9h): those a step read or
             wrote in its own blocks, until the next step (with ``async_scheduling`` the
             one after).
-        held_pages: ``(pages, step)``: with ``async_scheduling``, the pages of a state it
-            left (H9a), held until its turn in planning that step.
+        held_pages: ``(pages, step)``: the pages of a state it left (H9a), held until its
+            turn in planning that step (``states_in_place``, H9h).
         resumed: output tokens it keeps from before its latest preemption
             (``preemption = "resume"``, SEMANTICS H9g): its prefill recomputes its prompt
             and them (``prefill_len`` tokens of its answer); 0 otherwise.

@@ -281,3 +281,32 @@ def test_bad_preemption_settings_are_refused_naming_the_key(
         == 2
     )
     assert "a replay (--mode replay) never preempts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_pages_of_a_state_left_behind_come_back_at_the_requests_next_turn(
+    asynchronous: bool,
+) -> None:
+    # a (40 tokens, 20 output tokens) decodes from step 2, one token a step: step 10
+    # takes it from 48 to 49 tokens, into a new block (H9a), and the step holds the
+    # pages of the state it leaves (its own, s pages). As step 10 completes they stay
+    # held on a's behalf until its turn in step 11's planning (asynchronously 12's).
+    config = vllm_like(400, slots=4, async_scheduling=asynchronous)
+    engine = Engine(config, [chat("a", 1, 40, 20)], ChunkRecorder())
+    after: dict[int, list[tuple[int, int]]] = {}
+    complete = engine._complete
+
+    def recorded(plan: StepPlan, now_s: float, *, sample: bool = True) -> None:
+        complete(plan, now_s, sample=sample)
+        for seq in engine.running:
+            after[plan.step] = list(seq.held_pages)
+
+    engine._complete = recorded  # type: ignore[method-assign]
+    engine.run()
+    assert_clean(engine)
+    slot = engine._slot_pages
+    release = 12 if asynchronous else 11
+    assert after[9] == []
+    assert after[10] == [(slot, release)]
+    assert after[11] == ([(slot, 12)] if asynchronous else [])
+    assert after[12] == []

@@ -229,3 +229,7 @@ def test_whole_engines_with_the_rules_stay_within_the_budget_and_leak_nothing(
     assert_clean(engine)
     assert pool.check() == []
     assert engine._finishing == []
+    assert engine._capture_holders == {}
+    assert engine._lent_holders == {}
+    # What stays withheld is the published checkpoints' pages: no request holds any.
+    assert pool.withheld == len(pool.ledger.last_use) * engine._slot_pages
