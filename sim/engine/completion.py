@@ -51,7 +51,7 @@ class Completion(CopyStream):
         checker, metrics, backend = self.checker, self.metrics, self.backend
         checker.step = plan.step
         metrics.steps += 1
-        if plan.handovers or plan.lent_held:  # states moved: their old pages are free again
+        if plan.handovers or plan.lent_held:  # states moved: let go of their old pages
             self._end_handovers(plan)
         faults = self.config.faults
         writes = self._step_writes = []

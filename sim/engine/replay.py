@@ -79,7 +79,7 @@ class Replayer(Engine):
         decode = StepPlan(self.step)
         grown = self._grow(seq, last, decode)
         assert grown, "a lone request always fits (the rejection rule)"
-        if decode.handovers or decode.lent_held:  # its state moved: the old pages are free
+        if decode.handovers or decode.lent_held:  # its state moved: let go of the old pages
             self._end_handovers(decode)
         self.metrics.decode_tokens += seq.output_tokens - seq.generated
         if last > seq.computed:
