@@ -333,9 +333,10 @@ class SimConfig:
             own memory: no restore or capture copies (a step never waits for a restore; a
             capture is published when its step completes), as vLLM's align mode
             (the Mamba kernels take state indices into the cache blocks,
-            ``mamba_mixer2.py``; docs/SEMANTICS.md H9e); the request holds what a step read
-            or wrote until its turn in the next step's planning (two steps on with
-            ``async_scheduling``; H9h). ``False``: copies on the copy stream.
+            ``mamba_mixer2.py``; docs/SEMANTICS.md H9e); in the timed engine the request
+            holds what a step read or wrote until its turn in the next step's planning
+            (two steps on with ``async_scheduling``; H9h). ``False``: copies on the copy
+            stream.
         async_scheduling: the timed engine plans a step before it has taken in the
             previous step's output, as vLLM does by default (``AsyncScheduler``,
             ``EngineCore.step_with_batch_queue``): a request that finished in a step gives

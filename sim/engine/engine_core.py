@@ -93,7 +93,8 @@ class EngineCore:
         self._lent_holders: dict[int, Seq] = {}
         # SEMANTICS H9h: states live in the request's blocks, which it holds until its turn
         # in the next step's planning; capture slot -> the request that wrote it.
-        self._hold_until_turn = config.states_in_place
+        # A replay serves one request at a time: nothing else is planned between its steps.
+        self._hold_until_turn = config.states_in_place and config.mode == "engine"
         self._capture_holders: dict[int, Seq] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks
