@@ -195,7 +195,7 @@ class Completion(CopyStream):
             # Before the answer's state is captured: the engine hands the request's own
             # state over to the cache rather than copying it (SEMANTICS H9).
             self._give_back_running_states(seq)
-        self._let_go_of_lent(seq)
+        self._let_go_of_holds(seq)
         if self._cache_generated:
             self._cache_answer(seq)
         self.pool.release(seq.blocks)

@@ -139,3 +139,19 @@ class CopyStream(EngineCore):
             if publish:
                 self._publish(reservation)
         self._retouch(retouch)
+
+    def _retouch(self, retouch: Retouch) -> None:
+        """``release_recency`` (SEMANTICS H9b): each chunk's start checkpoint is used now,
+        as when its holder lets go of it: a lookup of exactly that position refreshes it
+        in the index, and with unified memory in the shared pool's clock. With
+        ``interleaved_free`` (H9d) it and the chunk's captures form a release group."""
+        for release in retouch:
+            let_go = [r.slot for r in release.captures]
+            if release.start is not None:
+                hashed, position = release.start
+                hit = self.index.lookup(self._namespace, hashed, position - 1, position)
+                if hit is not None and self._unified:
+                    self._ledger.touch(hit.slot, self._shared_pool.tick())
+                    let_go.append(hit.slot)
+            if self._interleaved_free and len(let_go) > 1:
+                self._ledger.release_together(let_go)

@@ -36,7 +36,7 @@ from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
-from sim.engine.step_plan import ChunkRelease, ProcessGenerator, Retouch, StepPlan
+from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan
 from sim.engine.unified import SharedKVPool
 
 
@@ -446,22 +446,6 @@ class EngineCore:
         if self._unified:
             self._ledger.pin(slot)
 
-    def _retouch(self, retouch: Retouch) -> None:
-        """``release_recency`` (SEMANTICS H9b): each chunk's start checkpoint is used now,
-        as when its holder lets go of it: a lookup of exactly that position refreshes it
-        in the index, and with unified memory in the shared pool's clock. With
-        ``interleaved_free`` (H9d) it and the chunk's captures form a release group."""
-        for release in retouch:
-            let_go = [r.slot for r in release.captures]
-            if release.start is not None:
-                hashed, position = release.start
-                hit = self.index.lookup(self._namespace, hashed, position - 1, position)
-                if hit is not None and self._unified:
-                    self._ledger.touch(hit.slot, self._shared_pool.tick())
-                    let_go.append(hit.slot)
-            if self._interleaved_free and len(let_go) > 1:
-                self._ledger.release_together(let_go)
-
     def _hold(self, seq: Seq, slot: int) -> None:
         """SEMANTICS H9h: ``seq`` holds pinned checkpoint ``slot``, which the step being
         completed read or wrote, until its turn in the next step's planning; with
@@ -473,10 +457,6 @@ class EngineCore:
     def _turn_after(self) -> int:
         """The step at whose planning a request lets go of what this step held (H9h)."""
         return self.step + (2 if self._async_scheduling else 1)
-
-    def _holds(self, seq: Seq) -> bool:
-        """Whether ``seq`` holds anything until a turn of its (H9h)."""
-        return bool(seq.held or seq.held_pages)
 
     def _release_held(self, seq: Seq, *, turn: bool = True) -> None:
         """``seq``'s turn in planning this step (or with ``turn=False`` its end): the
@@ -496,7 +476,7 @@ class EngineCore:
             self._shared_pool.withheld -= freed
             seq.held_pages = pages
 
-    def _let_go_of_lent(self, seq: Seq) -> None:
+    def _let_go_of_holds(self, seq: Seq) -> None:
         """``seq`` no longer holds the checkpoint its state's pages went to, nor those it
         held since its last step: unpinned."""
         self._release_held(seq, turn=False)

@@ -36,7 +36,7 @@ class Planning(EngineCore):
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
-            if self._holds(seq):  # SEMANTICS H9h: its turn
+            if seq.held or seq.held_pages:  # SEMANTICS H9h: its turn
                 self._release_held(seq)
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
@@ -48,7 +48,7 @@ class Planning(EngineCore):
                 break
             if seq.phase is not Phase.PREFILL:
                 continue
-            if self._holds(seq):
+            if seq.held or seq.held_pages:
                 self._release_held(seq)
             end = self._chunk_end(seq, seq.computed, budget, seq.branch_points)
             if end == seq.computed:
@@ -470,14 +470,15 @@ class Planning(EngineCore):
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
         self.metrics.preemptions += 1
-        if self._cache_generated and seq.phase is Phase.DECODE and self._has_answer(seq):
+        answered = self._has_answer(seq)
+        if self._cache_generated and seq.phase is Phase.DECODE and answered:
             # SEMANTICS H9g: the blocks its decode filled are cached, as vLLM caches them
             # when they fill (what is freed stays registered).
             answer = seq.request.answer  # type: ignore[attr-defined]
             hashed = answer.hashed(self._namespace, self.config.unit)
             cached = seq.tracked if self.config.kv_up_to_checkpoint else seq.computed
             self._register_answer_blocks(seq, hashed, cached)
-        if self._resume_output and seq.generated and self._has_answer(seq):
+        if self._resume_output and seq.generated and answered:
             # SEMANTICS H9g: it keeps its output and prefills it again when readmitted.
             seq.resumed = seq.generated
             seq.hashed, seq.digests = None, ()
@@ -498,7 +499,7 @@ class Planning(EngineCore):
         seq.blocks = []
         if self._states_per_running:
             self._give_back_running_states(seq)
-        self._let_go_of_lent(seq)
+        self._let_go_of_holds(seq)
         if plan.handovers or plan.lent_held:
             self._end_handovers(plan, seq)
         self.backend.release(seq.request_id, seq.batch_slot)

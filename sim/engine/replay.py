@@ -74,8 +74,6 @@ class Replayer(Engine):
             if seq.phase is Phase.DONE:  # a one-token answer finishes with its prefill
                 return  # (and _complete has taken it out of the running list)
         last = seq.prompt_len + seq.output_tokens - 1
-        if self._holds(seq):  # its decode's turn (SEMANTICS H9h): the jump is its next step
-            self._release_held(seq, turn=False)
         decode = StepPlan(self.step)
         grown = self._grow(seq, last, decode)
         assert grown, "a lone request always fits (the rejection rule)"
