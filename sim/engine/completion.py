@@ -91,6 +91,7 @@ class Completion(CopyStream):
                     self._step_retouch.append(ChunkRelease(start, let_go))
             metrics.recomputed_tokens += chunk.end - chunk.start
             seq.computed = chunk.end
+            self._advanced(seq)
             self._register(seq)
             if seq.computed == seq.prefill_len:
                 for mismatch in backend.prefill_done(rid, seq.batch_slot, seq.blocks):
@@ -130,6 +131,9 @@ class Completion(CopyStream):
                 DecodeStep(seq.request_id, seq.batch_slot, seq.computed, fed, seq.blocks, proposed)
             )
             seq.computed = fed
+            if fed > seq.furthest:  # self._advanced(seq), inlined: once per decode
+                seq.furthest = fed
+                self._preemptions_at_progress = metrics.preemptions
             seq.generated += 1 + accepted
             metrics.decode_tokens += 1 + accepted
             keep = -(-seq.computed // block)

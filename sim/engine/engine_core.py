@@ -34,6 +34,12 @@ from sim.engine.kv_pool import KVPool
 from sim.engine.leaf_kv import LeafKVPool
 from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
+from sim.engine.progress_guard import (
+    STALL_PREEMPTIONS,
+    StalledRunError,
+    stall_message,
+    state_pages_per_request,
+)
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
 from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan
@@ -184,7 +190,10 @@ class EngineCore:
         self._units_per_block = config.block_size // config.unit
         self._namespace = config.key_namespace
         self._paged = self.costs.has_full_attention
-        self._max_tokens = self.pool.num_blocks * config.block_size
+        # A request the pool could not hold alone is rejected on arrival (vLLM's
+        # max_model_len check): its KV blocks and, with unified memory, its states.
+        self._max_kv_pages = self.pool.num_blocks - state_pages_per_request(config)
+        self._preemptions_at_progress = 0  # the progress guard's mark
         self._cache_generated = config.cache_generated
         self._step_writes: list[Reservation] = []  # captures written in the current step
         self._step_retouch: list[ChunkRelease] = []  # release_recency
@@ -280,6 +289,25 @@ class EngineCore:
         heapq.heappop(self._releases)
         self._arrive(index, request, at_s)
 
+    def _advanced(self, seq: Seq) -> None:
+        """``seq`` has ``seq.computed`` tokens computed: progress if no step had taken it
+        that far before (:mod:`sim.engine.progress_guard`)."""
+        if seq.computed > seq.furthest:
+            seq.furthest = seq.computed
+            self._preemptions_at_progress = self.metrics.preemptions
+
+    def _check_progress(self) -> None:
+        """Before a preemption: raise :class:`StalledRunError` when the last
+        ``STALL_PREEMPTIONS`` preemptions came with no progress."""
+        stalled = self.metrics.preemptions - self._preemptions_at_progress
+        if stalled >= STALL_PREEMPTIONS:
+            seqs = [*self.running, *self.waiting]
+            raise StalledRunError(
+                stall_message(self.config, seqs, self.pool.num_blocks, self._block),
+                self.step,
+                stalled,
+            )
+
     def _leave(self, seq: Seq, at_s: float) -> None:
         """``seq`` left the engine (finished or rejected) at ``at_s``."""
         self._count_done()
@@ -300,8 +328,10 @@ class EngineCore:
         if metrics.first_arrival_s is None:
             metrics.first_arrival_s = arrival_s
         metrics.last_arrival_s = arrival_s
-        need = seq.prompt_len + seq.output_tokens + self.config.spec_tokens + self._block
-        if seq.prompt_len < 1 or need > self._max_tokens:
+        # Its KV peaks at prompt + output - 1 tokens: the last output token is sampled,
+        # never fed (speculative tokens are capped at the output left).
+        tokens = seq.prompt_len + seq.output_tokens - 1
+        if seq.prompt_len < 1 or -(-tokens // self._block) > self._max_kv_pages:
             seq.phase = Phase.DONE
             self.metrics.requests_rejected += 1
             self._leave(seq, arrival_s)

@@ -174,6 +174,7 @@ class FusedDecode(Planning, Completion):
                     )
                 )
                 seq.computed, seq.generated = computed + done, generated + done
+                self._advanced(seq)
                 contexts -= seq.computed
                 count -= 1
                 self._finish(seq)
@@ -205,6 +206,7 @@ class FusedDecode(Planning, Completion):
                     )
                 )
             seq.computed, seq.generated = computed + done, generated + done
+            self._advanced(seq)
         return now
 
     def _can_fuse(self, at_s: float) -> bool:

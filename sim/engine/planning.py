@@ -469,6 +469,7 @@ class Planning(EngineCore):
 
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
+        self._check_progress()
         self.metrics.preemptions += 1
         answered = self._has_answer(seq)
         if self._cache_generated and seq.phase is Phase.DECODE and answered:

@@ -113,6 +113,8 @@ class Seq:
         resumed: output tokens it keeps from before its latest preemption
             (``preemption = "resume"``, SEMANTICS H9g): its prefill recomputes its prompt
             and them (``prefill_len`` tokens of its answer); 0 otherwise.
+        furthest: the most tokens it has had computed, across preemptions: a step that
+            takes a request past it makes progress (:mod:`sim.engine.progress_guard`).
     """
 
     request: RequestLike
@@ -142,6 +144,7 @@ class Seq:
     held: list[tuple[int, int]] = field(default_factory=list)
     held_pages: list[tuple[int, int]] = field(default_factory=list)
     resumed: int = 0
+    furthest: int = 0
 
     @property
     def request_id(self) -> str:

@@ -464,13 +464,14 @@ def test_larger_shadow_runs_stay_clean(kind: str) -> None:
 
 @pytest.mark.parametrize("spec", [0, 2])
 def test_rejection_on_arrival_is_exact_at_the_pool_size(spec: int) -> None:
-    """A request is admitted iff prompt + output + speculative tokens + one block of slack
-    fit the KV pool; the largest admissible one runs to completion alone in the pool. A
-    request without a prompt token is rejected (nothing would produce its first token)."""
+    """A request is admitted iff the blocks of the prompt + output - 1 tokens it feeds
+    fit the KV pool (speculative tokens are capped at the output left, so they add none);
+    the largest admissible one runs to completion alone in the pool. A request without a
+    prompt token is rejected (nothing would produce its first token)."""
     config = dataclasses.replace(SMALL, kv_blocks=8, token_budget=64, max_num_seqs=4)
     pool_tokens = 8 * config.block_size
     config = dataclasses.replace(config, spec_tokens=spec)
-    largest = pool_tokens - config.block_size - spec
+    largest = pool_tokens + 1
     workload = [
         make_request("fits/0", 0.0, range(largest - 5), 5),
         make_request("over/0", 0.1, range(largest - 4), 5),

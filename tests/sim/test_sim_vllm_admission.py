@@ -188,9 +188,10 @@ def test_whole_engines_with_the_rules_stay_within_the_budget_and_leak_nothing(
     # gone, every slot free or published, the lockstep checker clean and the pool
     # consistent. (It found answers' states captured as a finished request let go under
     # H9f being dropped unissued: their slots stayed reserved and the engine stalled.)
-    # Budgets start at four checkpoints and 200 pages: below, requests with running
-    # states and handovers can preempt each other forever, with or without these
-    # switches (not modelled: a bound on preemptions).
+    # Budgets start at four checkpoints and 200 pages: below, some mixes that are not
+    # vLLM's (states copied rather than in place, admission in a step that preempted)
+    # let requests push each other out until the progress guard stops the run
+    # (tests/sim/test_sim_progress_guard.py, which runs vLLM's own mix below that).
     config = dataclasses.replace(
         vllm_like(extra, slots=4, token_budget=512, max_num_seqs=4),
         required_captures=required,
