@@ -59,6 +59,13 @@ class HitRecorder(ShadowBackend):
             self.hits.setdefault(request_id, tokens)
 
 
+#: The drivers serve every request whole (vLLM's with ``max_model_len`` twice the
+#: longest request, SGLang's without a context check), so the presets' context limit
+#: (the model's ``max_position_embeddings``) is lifted on hyckpt's side too: long
+#: documents are compared past Nemotron-H-8B's 8,192 tokens.
+NO_CONTEXT_LIMIT = 2**30
+
+
 def engine_presets_scenario(
     budget_bytes: int,
     seed: int,
@@ -102,6 +109,7 @@ def engine_presets_scenario(
     # The engines' default for Nemotron-H is a float32 state, which the presets choose
     # (docs/SIMULATION.md 1b); "model" keeps the model's own bfloat16 on both sides.
     overrides["cache.ssm_state_dtype"] = "float32" if float32_state else "model"
+    overrides["engine.max_model_len"] = NO_CONTEXT_LIMIT
     return base.with_overrides(overrides, check_sweep=False)
 
 

@@ -94,6 +94,7 @@ def build_scenario(
         "cache.ssm_state_dtype": "float32",
         "scenario.seed": seed,
         "workload.params": params,
+        "engine.max_model_len": common.NO_CONTEXT_LIMIT,
     }
     if requests is not None:
         changes["workload.requests"] = requests

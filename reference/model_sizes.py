@@ -140,6 +140,9 @@ class ModelSizes:
         mlp_gated: the MLPs and experts are gated (SwiGLU: gate, up and down matrices);
             ``False``: up and down only (Nemotron-H's squared ReLU).
         tie_word_embeddings: the output head shares the input embedding's weights.
+        max_position_embeddings: the context length the config declares (tokens), which
+            vLLM and SGLang take as their default ``max_model_len`` / ``context_length``;
+            0 when not described.
         weight_bytes: published resident size of the weights, bytes, for a checkpoint
             whose weights are not all in ``dtype`` (gpt-oss: MXFP4 experts); 0 means
             ``total_params × dtype bytes``.
@@ -191,6 +194,7 @@ class ModelSizes:
     shared_expert_intermediate_size: int = 0
     mlp_gated: bool = True
     tie_word_embeddings: bool = False
+    max_position_embeddings: int = 0
     params_source: str = ""
     unconfirmed: tuple[str, ...] = ()
     notes: str = ""

@@ -78,7 +78,8 @@ MODELS: dict[str, ModelSizes] = {
                 f"{NEMOTRON_H_8B_PATTERN!r}, mamba_num_heads=128, mamba_head_dim=64, "
                 "ssm_state_size=128, n_groups=8, conv_kernel=4, expand=2, "
                 "num_attention_heads=32, num_key_value_heads=8, attention_head_dim=128, "
-                "vocab_size=131072 (as reproduced in NVIDIA-NeMo/Megatron-Bridge "
+                "vocab_size=131072, max_position_embeddings=8192 (as reproduced in "
+                "NVIDIA-NeMo/Megatron-Bridge "
                 "tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py); "
                 "intermediate_size (ffn_hidden_size)=21504 with squared-ReLU MLPs (NVIDIA "
                 "Model-Optimizer's pruning docs and Megatron configs of the 8B)"
@@ -101,6 +102,7 @@ MODELS: dict[str, ModelSizes] = {
             ffn_layers=NEMOTRON_H_8B_PATTERN.count("-"),
             intermediate_size=21504,
             mlp_gated=False,
+            max_position_embeddings=8192,
             total_params=8_000_000_000,
             active_params=8_000_000_000,
             params_source="nominal, from the model name and the Nemotron-H paper (8B)",

@@ -8,6 +8,7 @@ a usage or configuration error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -240,6 +241,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "SGLang do (default: %(default)s)",
     )
     parser.add_argument(
+        "--max-model-len",
+        type=model_length_option,
+        default=None,
+        metavar="TOKENS|model",
+        help="the longest sequence served (prompt + output, tokens), or 'model': the "
+        "model's max_position_embeddings, vLLM's and SGLang's default; a longer prompt is "
+        "refused on arrival and output stops there, by vLLM's rule (default: no limit)",
+    )
+    parser.add_argument(
         "--spec-tokens",
         type=int,
         default=defaults.spec_tokens,
@@ -352,6 +362,34 @@ def option_message(message: str) -> str:
     return re.sub(r"SimConfig\.(\w+)(?:=(\S+))?", option, message)
 
 
+def model_length_option(text: str) -> int | str:
+    """``--max-model-len``: ``model`` or a number of tokens."""
+    if text == "model":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'model' or a number of tokens, got {text!r}"
+        ) from None
+
+
+def with_model_length(config: SimConfig, value: int | str | None) -> SimConfig:
+    """``config`` with ``--max-model-len`` (``model``: the model's
+    ``max_position_embeddings``, an error when its description has none)."""
+    if value is None:
+        return config
+    if isinstance(value, int):
+        return dataclasses.replace(config, max_model_len=value)
+    sizes = config.sizes()
+    if not sizes.max_position_embeddings:
+        raise InvalidConfigError(
+            f"--max-model-len model: {sizes.name}'s description gives no "
+            "max_position_embeddings; give the length in tokens"
+        )
+    return dataclasses.replace(config, max_model_len=sizes.max_position_embeddings)
+
+
 def habit_names(text: str | None) -> tuple[str, ...]:
     """The names ``--buffer-habits`` lists (comma-separated; ``all`` for every habit)."""
     if text is None:
@@ -371,7 +409,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     from sim.scenarios.model_table import load_model_file
 
     try:
-        return SimConfig(
+        config = SimConfig(
             model=args.model,
             model_sizes=None if args.model_file is None else load_model_file(args.model_file),
             gpu=args.gpu,
@@ -399,6 +437,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             mode=args.mode,
             faults=Faults(),
         )
+        return with_model_length(config, args.max_model_len)
     except InvalidConfigError as error:
         message = option_message(str(error))
         if message == str(error):
@@ -471,9 +510,11 @@ def summary_lines(result: SimResult) -> list[str]:
         if "sim_time_s" in t
         else f"replayed in arrival order in {t['steps']} prefill steps"
     )
+    capped = requests.get("length_capped")
+    cut = f", {capped} cut at max_model_len" if capped else ""
     lines = [
         f"workload {result.workload.get('name', '?')}: {requests['finished']} requests finished, "
-        f"{requests['rejected']} rejected, {simulated}",
+        f"{requests['rejected']} rejected{cut}, {simulated}",
         f"token hit rate {shown_rate(t['token_hit_rate'])}, "
         f"request hit rate {shown_rate(t['request_hit_rate'])}, "
         f"prompt tokens {t['prompt_tokens']}, recomputed {t['recomputed_tokens']}, "
@@ -500,6 +541,7 @@ def warning_lines(result: SimResult) -> list[str]:
     :class:`~sim.engine.deployment.PlanDoesNotFitError`.)"""
     found = [
         rejection_warning(result.totals.get("requests"), result.pools, result.config),
+        context_warning(result.totals.get("requests"), result.config),
         truncation_warning(result.workload),
         overload_warning(result.totals),
     ]
@@ -543,6 +585,25 @@ def overload_warning(totals: object) -> str | None:
     )
 
 
+def context_warning(requests: object, config: object) -> str | None:
+    """A warning when, with no ``max_model_len``, requests were longer than the model's
+    context (``requests.over_model_context``), which vLLM and SGLang refuse or cut by
+    default; else ``None``."""
+    if not isinstance(requests, dict) or not isinstance(config, dict):
+        return None
+    over = requests.get("over_model_context")
+    if not isinstance(over, int) or not over:
+        return None
+    return (
+        f"WARNING: {over} of {requests.get('arrived')} requests are longer (prompt + output) "
+        f"than {config.get('model')}'s context (its max_position_embeddings), the "
+        "max_model_len vLLM and SGLang take by default: they would refuse such a prompt or "
+        "stop its output there, where these numbers serve it whole. Set [engine] "
+        'max_model_len = "model" (--max-model-len model) to count what the engines '
+        "would do, or to the longer context the deployment allows"
+    )
+
+
 def truncation_warning(workload: object) -> str | None:
     """A warning when a trace holds more requests than the run replayed, else ``None``."""
     if not isinstance(workload, dict):
@@ -568,17 +629,24 @@ def rejection_warning(requests: object, pools: object, config: object) -> str | 
     if rejected <= REJECTED_WARNING_SHARE * arrived:
         return None
     blocks, block = pools.get("kv_blocks"), pools.get("block_size")
-    spec = config.get("spec_tokens", 0) if isinstance(config, dict) else 0
     pool = (
         f"{blocks} KV blocks x {block} tokens = {blocks * block} tokens"
         if isinstance(blocks, int) and isinstance(block, int)
         else "the KV pool"
     )
+    limit = config.get("max_model_len") if isinstance(config, dict) else None
+    refused = (
+        f"its prompt reaches max_model_len ({limit} tokens, {config.get('length_limits')}'s rule), "
+        if isinstance(config, dict) and isinstance(limit, int)
+        else ""
+    )
     return (
         f"WARNING: {rejected} of {arrived} arrived requests ({rejected / arrived:.0%}) were "
-        f"rejected: a request is rejected on arrival when its prompt + output tokens + "
-        f"{spec} speculative tokens + one block exceed the KV pool ({pool}) or its prompt "
-        "is empty; give more KV blocks (--kv-blocks, cache.kv_blocks) or shorter requests"
+        f"rejected: a request is rejected on arrival when {refused}the KV pool ({pool}) "
+        "could not hold it alone (the blocks of its prompt + output - 1 tokens, with "
+        "unified memory and running states its states' pages too) or its prompt is empty; "
+        "give more KV blocks (--kv-blocks, cache.kv_blocks), a larger budget, or shorter "
+        "requests"
     )
 
 

@@ -39,6 +39,10 @@ STATE_DTYPES = ("bfloat16", "float16", "float32")
 MODES = ("engine", "replay")
 #: What a preempted request keeps (``SimConfig.preemption``).
 PREEMPTION_MODES = ("restart", "resume")
+#: Whose rule ``SimConfig.max_model_len`` follows (:mod:`sim.engine.length_limits`).
+LENGTH_LIMIT_RULES = ("vllm", "sglang")
+#: The longest ``max_model_len`` a configuration may set (tokens).
+MAX_MODEL_LEN = 2**30
 #: Fault switches that only a timed engine has (copy timing, preemption).
 TIMED_FAULTS = (
     "preempt_mid_prefill_rate",
@@ -353,6 +357,16 @@ class SimConfig:
             leaves ``output_ids``): readmitted, it looks up and prefills its prompt and
             the output it had, then goes on decoding (docs/SEMANTICS.md H9g). A request
             whose workload gives no ``answer`` restarts. A replay never preempts.
+        max_model_len: the longest sequence (prompt + output, tokens) the engine serves,
+            as vLLM's ``max_model_len`` and SGLang's ``context_length``, which both take
+            from the model's ``max_position_embeddings`` by default: a longer prompt is
+            rejected on arrival and a request's output stops at the limit, by
+            ``length_limits``'s rule (:mod:`sim.engine.length_limits`). ``None``: no
+            limit.
+        length_limits: whose rule ``max_model_len`` follows: ``vllm`` (a prompt of at
+            least ``max_model_len`` tokens is refused; output stops at ``max_model_len``
+            tokens in all) or ``sglang`` (a prompt of at least ``max_model_len - 6`` is
+            refused; output stops at ``max_model_len - 2``).
         admit_full_prompt: a request is admitted only when the pages its whole prompt
             would take as one chunk (its KV past the hit, and with unified memory its
             running states and that chunk's checkpoints) are free, as vLLM's
@@ -455,6 +469,8 @@ class SimConfig:
     async_scheduling: bool = False
     preemption: str = "restart"
     admit_after_preemption: bool = True
+    max_model_len: int | None = None
+    length_limits: str = "vllm"
     admit_full_prompt: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
@@ -622,6 +638,13 @@ class SimConfig:
             )
         if self.memory == "unified":
             self._check_unified()
+        if self.max_model_len is not None:
+            _check_int(owner, "max_model_len", self.max_model_len, 2, MAX_MODEL_LEN)
+        if self.length_limits not in LENGTH_LIMIT_RULES:
+            raise InvalidConfigError(
+                f"SimConfig.length_limits must be one of {', '.join(LENGTH_LIMIT_RULES)}, "
+                f"got {self.length_limits!r}"
+            )
         if self.preemption not in PREEMPTION_MODES:
             raise InvalidConfigError(
                 f"SimConfig.preemption must be one of {', '.join(PREEMPTION_MODES)}, "

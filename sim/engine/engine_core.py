@@ -32,6 +32,7 @@ from sim.engine.config import SimConfig
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
 from sim.engine.leaf_kv import LeafKVPool
+from sim.engine.length_limits import LengthLimits
 from sim.engine.lockstep import LockstepChecker, ObservedIndex
 from sim.engine.metrics import Gauges, Metrics
 from sim.engine.progress_guard import (
@@ -193,6 +194,11 @@ class EngineCore:
         # A request the pool could not hold alone is rejected on arrival (vLLM's
         # max_model_len check): its KV blocks and, with unified memory, its states.
         self._max_kv_pages = self.pool.num_blocks - state_pages_per_request(config)
+        self._length_limits = LengthLimits.of(config)  # max_model_len, as the engine's
+        # Without one, requests longer than the model's context are counted (a warning).
+        self._model_context = (
+            config.sizes().max_position_embeddings if config.max_model_len is None else 0
+        )
         self._preemptions_at_progress = 0  # the progress guard's mark
         self._cache_generated = config.cache_generated
         self._step_writes: list[Reservation] = []  # captures written in the current step
@@ -328,10 +334,20 @@ class EngineCore:
         if metrics.first_arrival_s is None:
             metrics.first_arrival_s = arrival_s
         metrics.last_arrival_s = arrival_s
+        limits = self._length_limits
+        refused = False
+        if self._model_context and seq.prompt_len + seq.output_tokens > self._model_context:
+            metrics.requests_over_context += 1
+        if limits is not None:
+            refused = limits.refuses(seq.prompt_len)
+            room = limits.output_room(seq.prompt_len)
+            if not refused and seq.output_tokens > room:  # it stops at max_model_len
+                seq.output_tokens = room
+                metrics.requests_length_capped += 1
         # Its KV peaks at prompt + output - 1 tokens: the last output token is sampled,
         # never fed (speculative tokens are capped at the output left).
         tokens = seq.prompt_len + seq.output_tokens - 1
-        if seq.prompt_len < 1 or -(-tokens // self._block) > self._max_kv_pages:
+        if refused or seq.prompt_len < 1 or -(-tokens // self._block) > self._max_kv_pages:
             seq.phase = Phase.DONE
             self.metrics.requests_rejected += 1
             self._leave(seq, arrival_s)

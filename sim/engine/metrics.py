@@ -107,6 +107,8 @@ class Metrics:
     requests_admitted: int = 0
     requests_finished: int = 0
     requests_rejected: int = 0
+    requests_length_capped: int = 0
+    requests_over_context: int = 0
     requests_with_hit: int = 0
     prompt_tokens: int = 0
     hit_tokens: int = 0

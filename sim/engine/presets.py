@@ -68,6 +68,7 @@ def _vllm(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
         "cache.keep_block_copies": True,
         "cache.memory": "unified" if model.full_attention_layers else "split",
     }
+    settings |= context_limit(model, "vllm")
     if model.full_attention_layers:
         # BlockPool.__init__ takes block 0 as its null block: the budget has one page less.
         settings["cache.reserved_pages"] = 1
@@ -96,25 +97,43 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO
     dtype: dict[str, object] = {}
     _with_state_dtype(model, dtype, sglang_ssm_state_dtype(model) if choose_dtype else None)
-    return dtype | {
-        "placement.policy": "chunk-end",
-        "placement.params": {"hash_unit": 1},
-        "placement.workload_hints": False,
-        "eviction.policy": "lru",
-        "cache.cache_generated": True,
-        "cache.generated_state": True,
-        "cache.memory": "split",
-        "cache.checkpoint_share": ratio / (1 + ratio),
-        # _handle_max_mamba_cache: int((budget * r / (1 + r) - R) // R) states, KV the rest.
-        "cache.checkpoint_share_rule": "sglang",
-        # HybridReqToTokenPool.alloc: a running request's own slot of the Mamba pool.
-        "cache.running_states": 1,
-        # Prefill and decode run in separate batches: a chunk is chunked_prefill_size.
-        "cache.decodes_share_budget": False,
-        # One radix tree: evicting a leaf's state deletes the leaf with its KV.
-        "cache.drop_leaf_kv": True,
-        # checkpoint_into_tree frees a request's duplicate KV and repoints it at the tree's.
-        "cache.adopt_cached_blocks": True,
+    return (
+        dtype
+        | {
+            "placement.policy": "chunk-end",
+            "placement.params": {"hash_unit": 1},
+            "placement.workload_hints": False,
+            "eviction.policy": "lru",
+            "cache.cache_generated": True,
+            "cache.generated_state": True,
+            "cache.memory": "split",
+            "cache.checkpoint_share": ratio / (1 + ratio),
+            # _handle_max_mamba_cache: int((budget * r / (1 + r) - R) // R) states, KV the rest.
+            "cache.checkpoint_share_rule": "sglang",
+            # HybridReqToTokenPool.alloc: a running request's own slot of the Mamba pool.
+            "cache.running_states": 1,
+            # Prefill and decode run in separate batches: a chunk is chunked_prefill_size.
+            "cache.decodes_share_budget": False,
+            # One radix tree: evicting a leaf's state deletes the leaf with its KV.
+            "cache.drop_leaf_kv": True,
+            # checkpoint_into_tree frees a request's duplicate KV and repoints it at the tree's.
+            "cache.adopt_cached_blocks": True,
+        }
+        | context_limit(model, "sglang")
+    )
+
+
+def context_limit(model: ModelSizes, rule: str) -> dict[str, object]:
+    """The engine's default context window: vLLM's ``max_model_len`` and SGLang's
+    ``context_length`` are the model config's ``max_position_embeddings``
+    (``ModelConfig`` / ``_get_and_verify_max_len``, vllm/config/model.py; SGLang's
+    ``get_context_length``, srt/utils/hf_transformers/common.py), applied by ``rule``
+    (:mod:`sim.engine.length_limits`). Nothing for a model whose description has none."""
+    if not model.max_position_embeddings:
+        return {}
+    return {
+        "engine.max_model_len": model.max_position_embeddings,
+        "engine.length_limits": rule,
     }
 
 

@@ -52,6 +52,12 @@ def run_simulation(
     metrics = engine.metrics
     costs = engine.costs
     totals = metrics.totals(engine.evictions(), final, engine.env.now)
+    requests_total = totals["requests"]
+    assert isinstance(requests_total, dict)
+    if config.max_model_len is not None:  # requests whose output max_model_len cut
+        requests_total["length_capped"] = metrics.requests_length_capped
+    elif metrics.requests_over_context:  # longer than the model's context, unlimited here
+        requests_total["over_model_context"] = metrics.requests_over_context
     series = dict(metrics.series)
     if config.mode == "replay":
         strip_timing(totals, series)

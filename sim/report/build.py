@@ -469,6 +469,17 @@ def summary(rows: Sequence[Row], figures: Mapping[str, Drawn]) -> str:
             "TTFT measures the queue, and the hit rates a system no engine would run): "
             + ", ".join(heavy)
         )
+    longer = [
+        f"{row.file} ({int(over)})"
+        for row in rows
+        if (over := row.total("requests", "over_model_context"))
+    ]
+    if longer:
+        lines.append(
+            "- **requests longer than the model's context** served whole (no "
+            "`engine.max_model_len`; vLLM and SGLang would refuse or cut them by default, "
+            "docs/SIMULATION.md): " + ", ".join(longer)
+        )
     filling = still_filling(rows)
     if filling:
         lines.append(

@@ -27,7 +27,7 @@ from reference.conformance.loading import load_implementation
 from reference.errors import HyckptError
 from reference.eviction import make_eviction
 from reference.placement import make_placement
-from reference.sizes import MODELS
+from reference.sizes import MODELS, ModelSizes
 from sim.engine.config import (
     MAX_CHECKPOINT_SLOTS,
     SGLANG_STATES_PER_RUNNING_REQUEST,
@@ -213,6 +213,22 @@ ALTERNATIVE_SIZES = {
     "cache.kv_blocks": "cache.kv_budget_bytes",
     "cache.kv_budget_bytes": "cache.kv_blocks",
 }
+
+
+def model_length(value: object, model: ModelSizes, where: str) -> int | None:
+    """``engine.max_model_len`` in tokens: ``"model"`` is the model's
+    ``max_position_embeddings`` (an error when its description has none)."""
+    if value != "model":
+        return value  # type: ignore[return-value]  # checked by the schema: int or None
+    if not model.max_position_embeddings:
+        raise ScenarioError(
+            where,
+            "engine.max_model_len",
+            value,
+            f"a number of tokens: {model.name}'s description gives no "
+            "max_position_embeddings (add it to the model, or set the length here)",
+        )
+    return model.max_position_embeddings
 
 
 def load_scenario(path: str | Path, *, check_sweep: bool = True) -> Scenario:
@@ -565,6 +581,8 @@ def _assemble(
             async_scheduling=engine["async_scheduling"],
             preemption=engine["preemption"],
             admit_after_preemption=engine["admit_after_preemption"],
+            max_model_len=model_length(engine["max_model_len"], model_sizes, where),
+            length_limits=engine["length_limits"],
             closed_loop=closed_loop(
                 tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
             ),

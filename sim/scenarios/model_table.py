@@ -142,6 +142,7 @@ DESCRIPTION_KEYS: dict[str, tuple[Check, str]] = {
     "shared_expert_intermediate_size": (_DIM, "total width of a MoE layer's shared experts"),
     "mlp_gated": (boolean, "gated MLPs (SwiGLU: 3 matrices); false: 2 (squared ReLU)"),
     "tie_word_embeddings": (boolean, "the output head shares the embedding"),
+    "max_position_embeddings": (_DIM, "context length, tokens (engines' max_model_len)"),
 }
 
 #: Hugging Face spellings accepted for a description key (the same value, other families).

@@ -111,6 +111,14 @@ def integer(minimum: int = 0, maximum: int = MAX_INTEGER) -> Check:
     return check
 
 
+def model_length(value: object) -> str | None:
+    """``engine.max_model_len``: tokens, or ``"model"`` (the model's context length)."""
+    if value == "model":
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 2**30
+    return None if ok else '"model" or an integer >= 2 and <= 1073741824 (tokens)'
+
+
 def _as_float(value: object) -> float:
     """``value`` as a float; NaN for a bool, a non-number or an int too large for a float."""
     if not isinstance(value, int | float) or isinstance(value, bool):
@@ -281,6 +289,19 @@ _SIM_ENGINE: dict[str, Key] = {
         True,
         "a step that preempted a request still admits waiting ones (vLLM: false, it "
         "schedules the waiting queue only in a step that preempted none)",
+    ),
+    "max_model_len": Key(
+        model_length,
+        None,
+        'longest sequence served, tokens (prompt + output), or "model": the model\'s '
+        "max_position_embeddings, vLLM's and SGLang's default; longer prompts are refused, "
+        'output stops there (unset: no limit; the vllm and sglang presets set "model")',
+    ),
+    "length_limits": Key(
+        choice(["vllm", "sglang"]),
+        "vllm",
+        "whose rule max_model_len follows: vllm (prompts < max_model_len, output up to it) "
+        "or sglang (prompts < max_model_len - 6, output up to max_model_len - 2)",
     ),
     "preemption": Key(
         choice(list(PREEMPTION_MODES)),

@@ -203,9 +203,10 @@ def test_a_run_that_rejects_everything_says_so(capsys: pytest.CaptureFixture[str
     assert lines[4] == "TTFT p50 n/a, p90 n/a, p99 n/a"
     assert err.splitlines()[-1] == (
         "WARNING: 5 of 5 arrived requests (100%) were rejected: a request is rejected on "
-        "arrival when its prompt + output tokens + 0 speculative tokens + one block exceed "
-        "the KV pool (1 KV blocks x 16 tokens = 16 tokens) or its prompt is empty; give "
-        "more KV blocks (--kv-blocks, cache.kv_blocks) or shorter requests"
+        "arrival when the KV pool (1 KV blocks x 16 tokens = 16 tokens) could not hold it "
+        "alone (the blocks of its prompt + output - 1 tokens, with unified memory and "
+        "running states its states' pages too) or its prompt is empty; give more KV blocks "
+        "(--kv-blocks, cache.kv_blocks), a larger budget, or shorter requests"
     )
     assert "WARNING" not in out
 
@@ -264,8 +265,8 @@ def test_a_missing_trace_is_a_usage_error_naming_the_option(
 
 def test_rejection_warning_threshold_and_wording() -> None:
     """More than a tenth of the arrived requests rejected gets a warning naming the
-    counts, the share, the speculative tokens and the pool; a tenth or less gets none,
-    nor does a summary without the counts."""
+    counts, the share, the pool and a max_model_len when one is set; a tenth or less
+    gets none, nor does a summary without the counts."""
     warn = simulate_command.rejection_warning
     pools = {"kv_blocks": 3, "block_size": 8}
     assert warn({"arrived": 10, "rejected": 1}, pools, {}) is None
@@ -276,16 +277,20 @@ def test_rejection_warning_threshold_and_wording() -> None:
     assert warn(None, pools, {}) is None and warn({"arrived": 9, "rejected": 9}, None, {}) is None
     assert warn({"arrived": 9, "rejected": 2}, pools, {"spec_tokens": 3}) == (
         "WARNING: 2 of 9 arrived requests (22%) were rejected: a request is rejected on "
-        "arrival when its prompt + output tokens + 3 speculative tokens + one block exceed "
-        "the KV pool (3 KV blocks x 8 tokens = 24 tokens) or its prompt is empty; give more "
-        "KV blocks (--kv-blocks, cache.kv_blocks) or shorter requests"
+        "arrival when the KV pool (3 KV blocks x 8 tokens = 24 tokens) could not hold it "
+        "alone (the blocks of its prompt + output - 1 tokens, with unified memory and "
+        "running states its states' pages too) or its prompt is empty; give more KV blocks "
+        "(--kv-blocks, cache.kv_blocks), a larger budget, or shorter requests"
     )
     for pool in ({"kv_blocks": None}, {"kv_blocks": 3}, {"block_size": 8}):
         unsized = warn({"arrived": 4, "rejected": 4}, pool, None)
         assert unsized is not None
-        assert "+ 0 speculative tokens + one block exceed the KV pool (the KV pool) or" in unsized
-    no_spec = warn({"arrived": 4, "rejected": 4}, pools, {})
-    assert no_spec is not None and "+ 0 speculative tokens + one block" in no_spec
+        assert "when the KV pool (the KV pool) could not hold it alone" in unsized
+    limited = warn(
+        {"arrived": 4, "rejected": 4}, pools, {"max_model_len": 100, "length_limits": "sglang"}
+    )
+    assert limited is not None
+    assert "when its prompt reaches max_model_len (100 tokens, sglang's rule), the KV" in limited
 
 
 @pytest.mark.parametrize("backend", ["reference", "gpu", "external"])

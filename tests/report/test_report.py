@@ -441,3 +441,18 @@ def test_a_run_that_admitted_nothing_is_named_and_not_drawn(tmp_path: Path) -> N
     text = summary(rows, skipped)
     assert "- **admitted no request**" in text and "0002.json" in text
     assert "**admitted no request**" not in summary(rows[:2], skipped)
+
+
+def test_requests_longer_than_the_model_s_context_are_named() -> None:
+    """A run without max_model_len that served requests longer than the model's context
+    (``requests.over_model_context``) is named with their count; runs without the key
+    (a limit set, none longer, or results from before it existed) are not."""
+    docs = [result_doc("turns", "lru", slots, 0, 0.3) for slots in (4, 8)]
+    docs[1]["totals"]["requests"]["over_model_context"] = 7
+    rows = rows_of(docs)
+    skipped = {stem: "skipped here" for stem in figures.FIGURES}
+    text = summary(rows, skipped)
+    assert "- **requests longer than the model's context** served whole" in text
+    (note,) = [line for line in text.splitlines() if "longer than the model's context" in line]
+    assert note.endswith(": 0001.json (7)")
+    assert "longer than the model's context" not in summary(rows[:1], skipped)

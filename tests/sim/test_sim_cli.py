@@ -324,7 +324,7 @@ def test_warnings_reach_stderr_under_quiet(capsys: pytest.CaptureFixture[str]) -
     out, err = capsys.readouterr()
     assert out == ""
     assert "WARNING: 10 of 10 arrived requests (100%) were rejected" in err
-    assert "exceed the KV pool (1 KV blocks x 16 tokens = 16 tokens)" in err
+    assert "the KV pool (1 KV blocks x 16 tokens = 16 tokens) could not hold it alone" in err
     # A plan that does not fit the GPU is refused before the run, not warned about after.
     assert main([*quick, "--kv-blocks", str(2**22)]) == 2
     out, err = capsys.readouterr()

@@ -500,21 +500,26 @@ def test_sglang_chunks_ignore_the_steps_decodes() -> None:
 def test_each_preset_replays_long_documents_under_pressure(engine: str) -> None:
     # Long prompts (up to 65k tokens, 9 chunks) that overflow a 2 GiB cache: the
     # sglang-no-buffer replay raised in the KV pool here (a cached block whose
-    # continuation another request holds, tests/sim/test_sim_leaf_kv.py).
+    # continuation another request holds, tests/sim/test_sim_leaf_kv.py). They are
+    # longer than Nemotron-H-8B's context, which the presets take as max_model_len, so
+    # the deployment here allows a longer one; with the presets' own every one is refused.
     from sim.engine.run import run_simulation
 
     base = load_scenario(SCENARIO_DIR / "engine-presets.toml")
-    case = base.with_overrides(
-        {
-            "cache.engine": engine,
-            "cache.cache_budget_bytes": 2 * GIB,
-            "workload.generator": "long_document_qa",
-            "workload.params": {},
-            "workload.requests": 30,
-        },
-        check_sweep=False,
-    )
+    changes: dict[str, object] = {
+        "cache.engine": engine,
+        "cache.cache_budget_bytes": 2 * GIB,
+        "workload.generator": "long_document_qa",
+        "workload.params": {},
+        "workload.requests": 30,
+    }
+    case = base.with_overrides(changes | {"engine.max_model_len": 2**17}, check_sweep=False)
     make, description = case.workload.build(case.seed)
     result = run_simulation(case.sim_config, make(), workload=description)
     assert result.ok and result.totals["requests"]["finished"] == 30
     assert result.totals["hit_tokens"] > 0
+    assert result.totals["requests"]["length_capped"] == 0
+    default = base.with_overrides(changes, check_sweep=False)
+    assert default.sim_config.max_model_len == 8192
+    refused = run_simulation(default.sim_config, make(), workload=description)
+    assert refused.totals["requests"]["rejected"] == 30
