@@ -335,15 +335,14 @@ class EngineCore:
             metrics.first_arrival_s = arrival_s
         metrics.last_arrival_s = arrival_s
         limits = self._length_limits
-        refused = False
+        refused = capped = False
         if self._model_context and seq.prompt_len + seq.output_tokens > self._model_context:
             metrics.requests_over_context += 1
         if limits is not None:
             refused = limits.refuses(seq.prompt_len)
             room = limits.output_room(seq.prompt_len)
             if not refused and seq.output_tokens > room:  # it stops at max_model_len
-                seq.output_tokens = room
-                metrics.requests_length_capped += 1
+                seq.output_tokens, capped = room, True
         # Its KV peaks at prompt + output - 1 tokens: the last output token is sampled,
         # never fed (speculative tokens are capped at the output left).
         tokens = seq.prompt_len + seq.output_tokens - 1
@@ -353,6 +352,7 @@ class EngineCore:
             self._leave(seq, arrival_s)
             self._wake()
             return
+        metrics.requests_length_capped += capped
         self.waiting.append(seq)
         metrics.waiting_at_last_arrival = queued = len(self.waiting)
         if queued > metrics.peak_waiting:

@@ -165,3 +165,12 @@ def test_the_command_line_takes_it_and_warns_without_it(
     assert err.startswith("hyckpt: error: --max-model-len model: jamba-v0.1's description")
     assert cli_main([*argv, "--max-model-len", "lots"]) == 2
     assert "expected 'model' or a number of tokens" in capsys.readouterr().err
+
+
+def test_a_request_the_pool_refuses_is_not_counted_as_cut() -> None:
+    # max_model_len 100 cuts 60 + 50 to 60 + 40, whose 99 fed tokens need 7 blocks of 16:
+    # a pool of 4 refuses it, and it counts as rejected only.
+    config = dataclasses.replace(CONFIG, kv_blocks=4, max_model_len=100)
+    result = run_simulation(config, [request("a", 1, 60, 50, 0.0)])
+    requests = result.totals["requests"]
+    assert (requests["rejected"], requests["length_capped"]) == (1, 0)
