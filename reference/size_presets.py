@@ -148,7 +148,10 @@ MODELS: dict[str, ModelSizes] = {
                 "linear_key_head_dim=128, linear_value_head_dim=128, "
                 "linear_conv_kernel_dim=4, vocab_size=151936, num_experts=512, "
                 "num_experts_per_tok=10 (plus one shared expert); MTP: one full-attention "
-                "decoder layer (vLLM qwen3_next_mtp.py, num_nextn_predict_layers default 1)"
+                "decoder layer (vLLM qwen3_next_mtp.py, num_nextn_predict_layers default 1); "
+                "max_position_embeddings=262144 (the checkpoint's config.json as reproduced "
+                "in public model notes, not transformers' default 32768; 262,144 tokens is "
+                "the model card's native context)"
             ),
             hidden_size=2048,
             vocab_size=151936,
@@ -164,6 +167,7 @@ MODELS: dict[str, ModelSizes] = {
             num_key_value_heads=2,
             head_dim=256,
             mtp_layers=1,
+            max_position_embeddings=262144,
             ffn_layers=len(QWEN3_NEXT_LAYERS),
             moe_layers=len(QWEN3_NEXT_LAYERS),
             total_params=80_000_000_000,
@@ -287,8 +291,9 @@ MODELS: dict[str, ModelSizes] = {
                 "config.json: hidden_size=2880, num_hidden_layers=24, layer_types alternating "
                 "sliding_attention/full_attention, sliding_window=128, num_attention_heads=64, "
                 "num_key_value_heads=8, head_dim=64, vocab_size=201088, num_local_experts=32, "
-                "experts_per_token=4 (transformers GptOssConfig, checkpoint "
-                "openai/gpt-oss-20b; layer count from the repository config)"
+                "experts_per_token=4, max_position_embeddings=131072 (transformers "
+                "GptOssConfig, checkpoint openai/gpt-oss-20b; layer count from the "
+                "repository config)"
             ),
             hidden_size=2880,
             vocab_size=201088,
@@ -299,6 +304,7 @@ MODELS: dict[str, ModelSizes] = {
             num_attention_heads=64,
             num_key_value_heads=8,
             head_dim=64,
+            max_position_embeddings=131072,
             ffn_layers=len(GPT_OSS_20B_LAYERS),
             moe_layers=len(GPT_OSS_20B_LAYERS),
             total_params=20_900_000_000,
@@ -323,7 +329,8 @@ MODELS: dict[str, ModelSizes] = {
                 "config.json (= transformers GptOssConfig defaults): hidden_size=2880, "
                 "num_hidden_layers=36, alternating sliding_attention/full_attention, "
                 "sliding_window=128, num_attention_heads=64, num_key_value_heads=8, "
-                "head_dim=64, vocab_size=201088, num_local_experts=128, experts_per_token=4"
+                "head_dim=64, vocab_size=201088, num_local_experts=128, experts_per_token=4, "
+                "max_position_embeddings=131072"
             ),
             hidden_size=2880,
             vocab_size=201088,
@@ -334,6 +341,7 @@ MODELS: dict[str, ModelSizes] = {
             num_attention_heads=64,
             num_key_value_heads=8,
             head_dim=64,
+            max_position_embeddings=131072,
             ffn_layers=len(GPT_OSS_120B_LAYERS),
             moe_layers=len(GPT_OSS_120B_LAYERS),
             total_params=116_800_000_000,

@@ -422,6 +422,10 @@ def figure_section(title: str, drawn: Drawn) -> list[str]:
     return lines
 
 
+#: Notes naming result files list at most this many; beyond, they count them.
+LISTED_FILES = 4
+
+
 def summary(rows: Sequence[Row], figures: Mapping[str, Drawn]) -> str:
     """The text of ``summary.md``; ``figures``: what :func:`sim.report.figures.draw` did
     (stem → :data:`Drawn`)."""
@@ -469,16 +473,22 @@ def summary(rows: Sequence[Row], figures: Mapping[str, Drawn]) -> str:
             "TTFT measures the queue, and the hit rates a system no engine would run): "
             + ", ".join(heavy)
         )
-    longer = [
-        f"{row.file} ({int(over)})"
-        for row in rows
-        if (over := row.total("requests", "over_model_context"))
-    ]
+    longer = {
+        row.file: int(over) for row in rows if (over := row.total("requests", "over_model_context"))
+    }
     if longer:
+        low, high = min(longer.values()), max(longer.values())
+        where = (
+            ", ".join(f"{file} ({count})" for file, count in longer.items())
+            if len(longer) <= LISTED_FILES
+            else f"{len(longer)} of {len(rows)} runs, "
+            + (f"{low}" if low == high else f"{low} to {high}")
+            + " requests each"
+        )
         lines.append(
             "- **requests longer than the model's context** served whole (no "
             "`engine.max_model_len`; vLLM and SGLang would refuse or cut them by default, "
-            "docs/SIMULATION.md): " + ", ".join(longer)
+            "docs/SIMULATION.md): " + where
         )
     filling = still_filling(rows)
     if filling:

@@ -456,3 +456,13 @@ def test_requests_longer_than_the_model_s_context_are_named() -> None:
     (note,) = [line for line in text.splitlines() if "longer than the model's context" in line]
     assert note.endswith(": 0001.json (7)")
     assert "longer than the model's context" not in summary(rows[:1], skipped)
+    many = [result_doc("turns", "lru", slots, 0, 0.3) for slots in (4, 8, 16, 32, 64, 128)]
+    for doc, count in zip(many, (0, 5, 7, 5, 6, 7), strict=True):
+        if count:
+            doc["totals"]["requests"]["over_model_context"] = count
+    (note,) = [
+        line
+        for line in summary(rows_of(many), skipped).splitlines()
+        if "longer than the model's context" in line
+    ]
+    assert note.endswith(": 5 of 6 runs, 5 to 7 requests each")  # counted, not listed

@@ -174,6 +174,7 @@ QWEN3_NEXT = {
     "mtp_layers": 1,
     "num_local_experts": 512,
     "num_experts_per_tok": 10,
+    "max_position_embeddings": 262144,
     "total_params": 80_000_000_000,
     "active_params": 3_000_000_000,
 }
