@@ -183,6 +183,25 @@ def test_progress_resets_the_count() -> None:
     assert engine.metrics.preemptions == 2 * STALL_PREEMPTIONS
 
 
+def vllm_rules_on_chat(extra: int, slots: int, asynchronous: bool, seed: int) -> Engine:
+    """An engine with the vllm preset's switches (state in place and handed over,
+    required captures, full-prompt admission, resumption, no admission in a step that
+    preempted) on ``slots`` checkpoints' pages plus ``extra``, for 40 chat requests."""
+    config = dataclasses.replace(
+        vllm_like(extra, slots=slots, token_budget=512, max_num_seqs=4),
+        release_recency=True,
+        interleaved_free=True,
+        cache_generated=True,
+        required_captures=True,
+        admit_full_prompt=True,
+        async_scheduling=asynchronous,
+        preemption="resume",
+        admit_after_preemption=False,
+    )
+    stream, _ = build_workload("multi_turn_chat", 40, seed)
+    return Engine(config, list(stream()), make_backend("shadow", None))
+
+
 @given(
     extra=st.integers(10, 150).map(int),
     slots=st.integers(2, 4).map(int),
@@ -197,19 +216,7 @@ def test_vllm_s_rules_on_tiny_budgets_finish_every_request_or_reject_it_on_arriv
     # full-prompt admission, resumption, no admission in a step that preempted) on
     # budgets from two checkpoints' pages: every request either finishes or is rejected
     # on arrival, and the engine ends clean, with no request holding anything.
-    config = dataclasses.replace(
-        vllm_like(extra, slots=slots, token_budget=512, max_num_seqs=4),
-        release_recency=True,
-        interleaved_free=True,
-        cache_generated=True,
-        required_captures=True,
-        admit_full_prompt=True,
-        async_scheduling=asynchronous,
-        preemption="resume",
-        admit_after_preemption=False,
-    )
-    stream, _ = build_workload("multi_turn_chat", 40, seed)
-    engine = Engine(config, list(stream()), make_backend("shadow", None))
+    engine = vllm_rules_on_chat(extra, slots, asynchronous, seed)
     with deadline(60):
         engine.run()
     assert_clean(engine)
@@ -225,19 +232,7 @@ def test_a_run_that_moves_marks_progress_at_once(asynchronous: bool, extra: int,
     # preemptions, and after each the next step computes something new, so the count
     # since the last progress never passes 1 (scans of these rules on tiny budgets found
     # no more).
-    config = dataclasses.replace(
-        vllm_like(extra, slots=4, token_budget=512, max_num_seqs=4),
-        release_recency=True,
-        interleaved_free=True,
-        cache_generated=True,
-        required_captures=True,
-        admit_full_prompt=True,
-        async_scheduling=asynchronous,
-        preemption="resume",
-        admit_after_preemption=False,
-    )
-    stream, _ = build_workload("multi_turn_chat", 40, seed)
-    engine = Engine(config, list(stream()), make_backend("shadow", None))
+    engine = vllm_rules_on_chat(extra, 4, asynchronous, seed)
     gaps: list[int] = []
     check = engine._check_progress
 
