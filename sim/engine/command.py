@@ -716,6 +716,11 @@ def describe_run(
         if config.spec_tokens
         else ""
     )
+    limit = (
+        f", max_model_len {config.max_model_len} ({config.length_limits}'s rule)"
+        if config.max_model_len is not None
+        else ""
+    )
     backend = config.backend + (f" ({config.impl})" if config.impl else "")
     if config.backend in REAL_TENSOR_BACKENDS:
         # The tensors are the tiny model's; bytes, FLOPs and times are the named model's.
@@ -725,7 +730,7 @@ def describe_run(
         f"{config.gpu}; placement {config.placement} ({placement}); "
         f"eviction {eviction}; {source}, {requests} requests, {arrivals}; "
         f"{config.checkpoint_capacity()} checkpoint slots, {config.kv_capacity()} KV blocks "
-        f"of {config.block_size} tokens{spec}; backend {backend}"
+        f"of {config.block_size} tokens{spec}{limit}; backend {backend}"
     )
 
 

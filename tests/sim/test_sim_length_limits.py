@@ -155,6 +155,7 @@ def test_the_command_line_takes_it_and_warns_without_it(
     argv = ["simulate", "--workload", "document-qa", "--requests", "3"]
     assert cli_main([*argv, "--max-model-len", "model"]) == 0
     out, err = capsys.readouterr()
+    assert "KV blocks of 16 tokens, max_model_len 8192 (vllm's rule); backend" in out
     assert "0 requests finished, 3 rejected" in out  # every document is over 8,192 tokens
     assert cli_main(argv) == 0
     out, err = capsys.readouterr()
