@@ -343,6 +343,8 @@ class VllmCacheReplay:
         )
         kv_cache_config.hash_block_size = hash_block_size
         self.kv_cache_config = kv_cache_config
+        # What vLLM's start-up memory check reads (check_enough_kv_cache_memory).
+        self.vllm_config, self.kv_cache_specs = vllm_config, specs
         self.plan = PoolPlan(
             block_size=block_size,
             hash_block_size=hash_block_size,

@@ -13,7 +13,10 @@ requests and budget. These tests pin what that comparison established (docs/SIMU
   states a step holds decide. Before the preset modelled vLLM's copies of recomputed
   blocks, its capture of every reachable boundary and its 6-page checkpoint, 9 of those
   200 requests hit less in hyckpt than in vLLM (docs/SIMULATION.md, "Checked against
-  vLLM itself").
+  vLLM itself");
+* the longest request hyckpt admits alone is the longest ``max_model_len`` vLLM's
+  start-up memory check allows, plus the token never fed (docs/SIMULATION.md, "Requests
+  the budget cannot serve").
 
 Skipped where vLLM 0.33 is not importable (the project's own venv); run in the engine venv:
 ``.venv-engines/bin/python -m pytest tests/tooling/test_vllm_fidelity.py``.
@@ -212,3 +215,41 @@ def test_states_let_go_of_together_are_freed_as_vllm_orders_them() -> None:
     assert differ == []
     assert 118 in off["release_recency"]
     assert off["interleaved_free"] == [122]
+
+
+@pytest.mark.parametrize("budget", [2 * GIB, GIB // 2, 300 << 20], ids=["2GiB", "512MiB", "300MiB"])
+def test_the_longest_request_hyckpt_admits_alone_is_what_vllm_s_start_up_check_allows(
+    budget: int,
+) -> None:
+    # vLLM refuses at start-up a max_model_len L whose one request would not fit the
+    # budget (less its null block): cdiv(L, B) attention pages per attention layer and,
+    # in align mode, 2 + num_speculative_blocks + num_prefill_checkpoint_blocks = 3 pages
+    # per Mamba layer (check_enough_kv_cache_memory, estimate_max_model_len). hyckpt's
+    # vllm preset rejects on arrival a request the pool could not hold alone: the blocks
+    # of the prompt + output - 1 tokens it feeds and 3 states (running, handed over, a
+    # resumed prefill's checkpoint). So the longest request it admits is vLLM's longest
+    # max_model_len plus the token never fed; where vLLM cannot start (0) it admits none.
+    import types
+
+    from vllm.v1.core.kv_cache_planning import (
+        _pool_bytes_per_block,
+        estimate_max_model_len,
+        get_kv_cache_groups,
+    )
+
+    from engines import fidelity_common
+    from sim.engine.backends import make_backend
+    from sim.engine.scheduler import Engine
+
+    config = fidelity_common.engine_presets_scenario(budget, 1, 10, float32_state=True).sim_config
+    engine = Engine(config, [], make_backend("shadow", None))
+    longest = engine._max_kv_pages * config.block_size + 1  # prompt + output, tokens
+    model = vllm_replay.HybridModel.from_hyckpt(config.sizes(), "model")
+    replay = vllm_replay.VllmCacheReplay(model, budget, config.token_budget)
+    vllm_config, specs = replay.vllm_config, replay.kv_cache_specs
+    object.__setattr__(vllm_config, "model_config", types.SimpleNamespace(max_model_len=1 << 22))
+    groups = get_kv_cache_groups(vllm_config, dict(specs))
+    available = budget - _pool_bytes_per_block(vllm_config, groups)
+    max_model_len = estimate_max_model_len(vllm_config, specs, available)
+    assert max(longest, 1) == max_model_len + 1
+    assert (max_model_len > 0) == (budget > 300 << 20)
