@@ -480,3 +480,71 @@ def test_the_running_states_slot_comes_before_the_chunks_kv() -> None:
     )
     assert comparison.differing() == []
     assert comparison.hyckpt_rate == comparison.sglang_rate
+
+
+def test_the_sglang_length_rule_is_sglang_s_own_code() -> None:
+    # context_length 100: SGLang's TpModelWorker.get_worker_info derives max_req_len 99
+    # and max_req_input_len 94, validate_input_length refuses a prompt of 94 tokens or
+    # more, and Scheduler.init_req_max_new_tokens caps the output at max_req_len -
+    # prompt - 1; hyckpt's length_limits = "sglang" refuses and cuts the same. (The KV
+    # pool's bound, which get_worker_info also takes, is made too large to bind here.)
+    from types import SimpleNamespace
+
+    sglang_replay.import_sglang()  # its stand-ins first (no torchvision here)
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.managers.utils import validate_input_length
+
+    from sim.engine import SimConfig
+    from sim.engine.length_limits import LengthLimits
+
+    limit, big = 100, 1 << 20
+    sglang_replay.publish_server_args(512)
+    runner = SimpleNamespace(
+        effective_logical_max_total_num_tokens=big,
+        logical_max_total_num_tokens=big,
+        token_to_kv_pool_allocator=object(),
+        max_running_requests=8,
+        forward_stream=None,
+        req_to_token_pool=SimpleNamespace(size=8, max_context_len=limit),
+        token_to_kv_pool=SimpleNamespace(size=big),
+    )
+    worker = SimpleNamespace(
+        model_runner=runner,
+        model_config=SimpleNamespace(context_len=limit),
+        dllm_algorithm=None,
+        random_seed=0,
+        device="cpu",
+    )
+    info = TpModelWorker.get_worker_info(worker)  # type: ignore[arg-type]
+    max_req_len, max_req_input_len = info[4], info[5]
+    assert (max_req_len, max_req_input_len) == (99, 94)
+    config = SimConfig(
+        kv_blocks=64, checkpoint_slots=4, max_model_len=limit, length_limits="sglang"
+    )
+    limits = LengthLimits.of(config)
+    assert limits is not None
+    for prompt in (1, 50, 93, 94, 95, 100):
+        req = SimpleNamespace(
+            origin_input_ids=[0] * prompt,
+            rid="r",
+            sampling_params=SimpleNamespace(max_new_tokens=None, min_new_tokens=0),
+        )
+        refused = validate_input_length(req, max_req_input_len, False) is not None  # type: ignore[arg-type]
+        assert refused == limits.refuses(prompt), prompt
+        if refused:
+            continue
+        scheduler = SimpleNamespace(
+            max_new_tokens_limit=None,
+            max_req_len=max_req_len,
+            max_total_num_tokens=big,
+            kv_shard_widening=1,
+            page_size=1,
+            token_to_kv_pool_allocator=SimpleNamespace(
+                max_new_tokens_for_memory=lambda input_len, tokens, **_: tokens
+            ),
+            sliding_window_size=None,
+            chunked_prefill_size=512,
+        )
+        Scheduler.init_req_max_new_tokens(scheduler, req)  # type: ignore[arg-type]
+        assert req.sampling_params.max_new_tokens == limits.output_room(prompt), prompt

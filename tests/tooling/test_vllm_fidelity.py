@@ -253,3 +253,53 @@ def test_the_longest_request_hyckpt_admits_alone_is_what_vllm_s_start_up_check_a
     max_model_len = estimate_max_model_len(vllm_config, specs, available)
     assert max(longest, 1) == max_model_len + 1
     assert (max_model_len > 0) == (budget > 300 << 20)
+
+
+def test_the_vllm_length_rule_is_vllm_s_own_code() -> None:
+    # max_model_len 100: vLLM's InputProcessor._validate_prompt_len refuses a prompt of
+    # 100 tokens or more, and check_stop ends a request once prompt + output reach 100;
+    # hyckpt's length_limits = "vllm" refuses and cuts the same, prompt by prompt.
+    from types import SimpleNamespace
+
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.core.sched.utils import check_stop
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    from sim.engine import SimConfig
+    from sim.engine.length_limits import LengthLimits
+
+    limit = 100
+    limits = LengthLimits.of(SimConfig(kv_blocks=64, checkpoint_slots=4, max_model_len=limit))
+    assert limits is not None
+    processor = SimpleNamespace(
+        skip_prompt_length_check=False,
+        supports_mm_inputs=False,
+        mm_encoder_cache_size=0,
+        model_config=SimpleNamespace(max_model_len=limit, runner_type="generate"),
+    )
+    params = SimpleNamespace(
+        eos_token_id=None, stop_token_ids=[], min_tokens=0, repetition_detection=None
+    )
+    for prompt in (1, 50, 99, 100, 101):
+        try:
+            InputProcessor._validate_prompt_len(processor, prompt, "decoder")  # type: ignore[arg-type]
+        except VLLMValidationError:
+            assert limits.refuses(prompt), prompt
+            continue
+        assert not limits.refuses(prompt), prompt
+        outputs: list[int] = []
+        while True:  # the engine samples a token, then asks check_stop
+            outputs.append(7)
+            request = SimpleNamespace(
+                pooling_params=None,
+                sampling_params=params,
+                output_token_ids=outputs,
+                num_tokens=prompt + len(outputs),
+                num_output_tokens=len(outputs),
+                max_tokens=1 << 30,
+                status=None,
+                stop_reason=None,
+            )
+            if check_stop(request, limit):  # type: ignore[arg-type]
+                break
+        assert len(outputs) == limits.output_room(prompt), prompt
