@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from engines.replay_common import ReplayRequest
 from sim.engine.backends.shadow import ShadowBackend
+from sim.engine.config import MAX_MODEL_LEN
 from sim.workloads.registry import CONFIG_TYPES
 
 GIB = 1 << 30
@@ -63,7 +64,7 @@ class HitRecorder(ShadowBackend):
 #: longest request, SGLang's without a context check), so the presets' context limit
 #: (the model's ``max_position_embeddings``) is lifted on hyckpt's side too: long
 #: documents are compared past Nemotron-H-8B's 8,192 tokens.
-NO_CONTEXT_LIMIT = 2**30
+NO_CONTEXT_LIMIT = MAX_MODEL_LEN
 
 
 def engine_presets_scenario(

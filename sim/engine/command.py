@@ -338,6 +338,7 @@ OPTION_OF_FIELD = {
     "buffer_habits": "--buffer-habits",
     "cache_generated": "--cache-generated",
     "running_states": "--running-states",
+    "max_model_len": "--max-model-len",
     "memory": "--memory",
     "cache_budget_bytes": "--cache-gib",
     "tensor_parallel": "--tensor-parallel",

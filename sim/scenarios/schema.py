@@ -26,10 +26,12 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import (
     BACKEND_NAMES,
+    LENGTH_LIMIT_RULES,
     MAX_BLOCK_SIZE,
     MAX_BUDGET_BYTES,
     MAX_CHECKPOINT_SLOTS,
     MAX_KV_BLOCKS,
+    MAX_MODEL_LEN,
     MAX_NUM_SEQS,
     MAX_RUNNING_STATES,
     MAX_SECONDS,
@@ -115,8 +117,8 @@ def model_length(value: object) -> str | None:
     """``engine.max_model_len``: tokens, or ``"model"`` (the model's context length)."""
     if value == "model":
         return None
-    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 2**30
-    return None if ok else '"model" or an integer >= 2 and <= 1073741824 (tokens)'
+    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_MODEL_LEN
+    return None if ok else f'"model" or an integer >= 2 and <= {MAX_MODEL_LEN} (tokens)'
 
 
 def _as_float(value: object) -> float:
@@ -298,7 +300,7 @@ _SIM_ENGINE: dict[str, Key] = {
         'output stops there (unset: no limit; the vllm and sglang presets set "model")',
     ),
     "length_limits": Key(
-        choice(["vllm", "sglang"]),
+        choice(list(LENGTH_LIMIT_RULES)),
         "vllm",
         "whose rule max_model_len follows: vllm (prompts < max_model_len, output up to it) "
         "or sglang (prompts < max_model_len - 6, output up to max_model_len - 2)",

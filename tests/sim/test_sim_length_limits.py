@@ -166,6 +166,8 @@ def test_the_command_line_takes_it_and_warns_without_it(
     assert err.startswith("hyckpt: error: --max-model-len model: jamba-v0.1's description")
     assert cli_main([*argv, "--max-model-len", "lots"]) == 2
     assert "expected 'model' or a number of tokens" in capsys.readouterr().err
+    assert cli_main([*argv, "--max-model-len", "1"]) == 2  # named by its option
+    assert capsys.readouterr().err.startswith("hyckpt: error: --max-model-len must be an int")
 
 
 def test_a_request_the_pool_refuses_is_not_counted_as_cut() -> None:
