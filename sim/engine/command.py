@@ -31,6 +31,7 @@ from sim.engine.config import (
     MEMORY_MODES,
     MODES,
     PREEMPTION_MODES,
+    PREEMPTION_POLICIES,
     Faults,
     SimConfig,
 )
@@ -241,6 +242,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "SGLang do (default: %(default)s)",
     )
     parser.add_argument(
+        "--preemption-policy",
+        default=defaults.preemption_policy,
+        choices=PREEMPTION_POLICIES,
+        help="timed engine: which running request a step short of KV pages preempts. "
+        "youngest: the youngest, in any phase, requeued first (vLLM); sglang: decoding "
+        "requests only, fewest output tokens first, requeued last, while prefill chunks "
+        "wait (SGLang's retract_decode) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=model_length_option,
         default=None,
@@ -289,6 +299,11 @@ def check_args(args: argparse.Namespace) -> None:
     if args.mode == "replay" and args.preemption != SimConfig().preemption:
         raise InvalidConfigError(
             "--preemption sets what the timed engine's preempted requests keep; a replay "
+            "(--mode replay) never preempts: leave it out"
+        )
+    if args.mode == "replay" and args.preemption_policy != SimConfig().preemption_policy:
+        raise InvalidConfigError(
+            "--preemption-policy chooses whom the timed engine preempts; a replay "
             "(--mode replay) never preempts: leave it out"
         )
     if args.memory == "unified":
@@ -435,6 +450,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             cache_generated=args.cache_generated,
             running_states=args.running_states,
             preemption=args.preemption,
+            preemption_policy=args.preemption_policy,
             mode=args.mode,
             faults=Faults(),
         )

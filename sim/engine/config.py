@@ -39,6 +39,8 @@ STATE_DTYPES = ("bfloat16", "float16", "float32")
 MODES = ("engine", "replay")
 #: What a preempted request keeps (``SimConfig.preemption``).
 PREEMPTION_MODES = ("restart", "resume")
+#: Which running request a step preempts for pages (``SimConfig.preemption_policy``).
+PREEMPTION_POLICIES = ("youngest", "sglang")
 #: Whose rule ``SimConfig.max_model_len`` follows (:mod:`sim.engine.length_limits`).
 LENGTH_LIMIT_RULES = ("vllm", "sglang")
 #: The longest ``max_model_len`` a configuration may set (tokens).
@@ -357,6 +359,17 @@ class SimConfig:
             leaves ``output_ids``): readmitted, it looks up and prefills its prompt and
             the output it had, then goes on decoding (docs/SEMANTICS.md H9g). A request
             whose workload gives no ``answer`` restarts. A replay never preempts.
+        preemption_policy: which running request the timed engine preempts when a step
+            finds no free pages. ``youngest``: the youngest running request, decoding or
+            prefilling, requeued at the head of the waiting queue (vLLM's
+            ``Scheduler.schedule``, ``running.pop()``, ``waiting.prepend_request``).
+            ``sglang``: SGLang's decode retraction (``ScheduleBatch.retract_decode``,
+            ``retraction_policy = "length"``): only decoding requests, fewest output
+            tokens first, the longest prompt first among equals, then the youngest; the
+            request goes to the back of the waiting queue, and the KV it decoded is freed
+            uncached (``release_kv_cache(checkpoint=False)``); a prefill chunk that finds
+            no pages waits for a later step while any request decodes (docs/SEMANTICS.md
+            H9g). A replay never preempts.
         max_model_len: the longest sequence (prompt + output, tokens) the engine serves,
             as vLLM's ``max_model_len`` and SGLang's ``context_length``, which both take
             from the model's ``max_position_embeddings`` by default: a longer prompt is
@@ -468,6 +481,7 @@ class SimConfig:
     states_in_place: bool = False
     async_scheduling: bool = False
     preemption: str = "restart"
+    preemption_policy: str = "youngest"
     admit_after_preemption: bool = True
     max_model_len: int | None = None
     length_limits: str = "vllm"
@@ -649,6 +663,11 @@ class SimConfig:
             raise InvalidConfigError(
                 f"SimConfig.preemption must be one of {', '.join(PREEMPTION_MODES)}, "
                 f"got {self.preemption!r}"
+            )
+        if self.preemption_policy not in PREEMPTION_POLICIES:
+            raise InvalidConfigError(
+                "SimConfig.preemption_policy must be one of "
+                f"{', '.join(PREEMPTION_POLICIES)}, got {self.preemption_policy!r}"
             )
         if self.mode not in MODES:
             raise InvalidConfigError(

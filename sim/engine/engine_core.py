@@ -96,6 +96,7 @@ class EngineCore:
         self._async_scheduling = config.async_scheduling and config.mode == "engine"
         self._finishing: list[Seq] = []
         self._resume_output = config.preemption == "resume"  # SEMANTICS H9g
+        self._sglang_retraction = config.preemption_policy == "sglang"  # SEMANTICS H9g
         # SEMANTICS H9a: checkpoint slot -> the request whose running state's pages it took.
         self._lent_holders: dict[int, Seq] = {}
         # SEMANTICS H9h: states live in the request's blocks, which it holds until its turn

@@ -22,6 +22,13 @@ def _tokens(reservation: Reservation) -> int:
     return reservation.tokens
 
 
+def _retraction_key(seq: Seq) -> tuple[int, int]:
+    """SGLang's retraction order (``ScheduleBatch._get_decode_retraction_order``, the
+    ``length`` policy): the smallest key is retracted first (fewest output tokens, then
+    the longest prompt)."""
+    return (seq.generated, -seq.prompt_len)
+
+
 class Planning(EngineCore):
     """The engine's step planning (a part of :class:`~sim.engine.scheduler.Engine`)."""
 
@@ -81,8 +88,9 @@ class Planning(EngineCore):
 
     def _grow(self, seq: Seq, tokens: int, plan: StepPlan, captures: int = 0) -> bool:
         """Give ``seq`` blocks for ``tokens`` tokens (and, with ``state_handover``, the
-        pages of the state it leaves when its state moves to a new block), preempting the
-        youngest running requests if needed; ``False`` when ``seq`` itself was preempted.
+        pages of the state it leaves when its state moves to a new block), preempting
+        running requests (:meth:`_preemption_victim`) if needed; ``False`` when ``seq``
+        itself was preempted, or waits.
         ``captures`` more pages must be free afterwards (``required_captures``: the
         chunk's checkpoints, which its planning reserves)."""
         need = max(0, -(-tokens // self._block) - len(seq.blocks))
@@ -96,7 +104,9 @@ class Planning(EngineCore):
             return True
         pool = self.pool
         while not pool.can_allocate(pages):
-            victim = self.running[-1]
+            victim = self._preemption_victim(seq)
+            if victim is None:
+                return False  # SGLang: a prefill chunk waits for the decodes
             self._preempt(victim, plan)
             if victim is seq:
                 return False
@@ -110,6 +120,28 @@ class Planning(EngineCore):
             self._take_back_running_state(seq)
             self._leave_lent(seq, plan)
         return True
+
+    def _preemption_victim(self, seq: Seq) -> Seq | None:
+        """The running request :meth:`_grow` preempts when ``seq`` finds too few free
+        pages; ``None``: ``seq`` waits for a later step instead (SEMANTICS H9g).
+
+        ``preemption_policy = "youngest"``: the youngest running request. ``"sglang"``
+        (``ScheduleBatch.retract_decode`` with ``_get_decode_retraction_order``,
+        ``retraction_policy = "length"``): for a decode, the decoding request with the
+        fewest output tokens, the longest prompt among those, the youngest among those;
+        a prefill chunk never retracts anyone and waits while a request decodes. Where
+        SGLang would abort its last decoding request (or has no decodes to retract for a
+        chunk), the youngest running request is preempted: SGLang's admission, which
+        reserves room for the running requests' outputs, rarely gets there, and hyckpt's
+        does not reserve (docs/SIMULATION.md §1b)."""
+        if self._sglang_retraction:
+            decoding = [other for other in self.running if other.phase is Phase.DECODE]
+            if seq.phase is not Phase.DECODE and decoding:
+                return None
+            if len(decoding) > 1:
+                # min() keeps the first of equals: over the reversed list, the youngest.
+                return min(reversed(decoding), key=_retraction_key)
+        return self.running[-1]
 
     def _chunk_end(self, seq: Seq, start: int, budget: int, stops: tuple[int, ...]) -> int:
         """Where a prefill chunk of ``seq`` from ``start`` ends with ``budget`` tokens left
@@ -433,9 +465,12 @@ class Planning(EngineCore):
         is cut at the prompt's end, and one wholly past it holds no checkpoint, as vLLM
         keeps the states of ``replay_boundaries(num_prompt_tokens)``; with
         ``required_captures`` only those at the chunk's end and at the position it exports
-        from inside. ``whole``: the chunk is seen as part of a prompt of ``prefill_len``
-        tokens."""
-        prompt_len = seq.prefill_len if whole else seq.prompt_len
+        from inside. ``whole``, or ``preemption_policy = "sglang"`` (SGLang refills the
+        prompt and the output as one sequence): the chunk is seen as part of a prompt of
+        ``prefill_len`` tokens."""
+        # SGLang re-prefills origin_input_ids + output_ids like any prompt (fill_ids).
+        whole_fill = whole or self._sglang_retraction
+        prompt_len = seq.prefill_len if whole_fill else seq.prompt_len
         cut = min(end, prompt_len)
         if start >= cut:
             return ()
@@ -468,11 +503,14 @@ class Planning(EngineCore):
         return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
 
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
-        """Free ``seq``'s blocks and batch slot, undo its plan, requeue it at the head."""
+        """Free ``seq``'s blocks and batch slot, undo its plan, requeue it (at the head;
+        with ``preemption_policy = "sglang"`` at the back)."""
         self._check_progress()
         self.metrics.preemptions += 1
         answered = self._has_answer(seq)
-        if self._cache_generated and seq.phase is Phase.DECODE and answered:
+        # SGLang frees a retracted request's KV without inserting it into the tree.
+        cache_decoded = self._cache_generated and not self._sglang_retraction
+        if cache_decoded and seq.phase is Phase.DECODE and answered:
             # SEMANTICS H9g: the blocks its decode filled are cached, as vLLM caches them
             # when they fill (what is freed stays registered).
             answer = seq.request.answer  # type: ignore[attr-defined]
@@ -509,7 +547,10 @@ class Planning(EngineCore):
         seq.phase = Phase.WAITING
         seq.computed = seq.generated = seq.registered = seq.hit_tokens = 0
         seq.hit_slot = -1
-        self.waiting.appendleft(seq)
+        if self._sglang_retraction:
+            self.waiting.append(seq)  # SGLang: _add_request_to_queue, at the back
+        else:
+            self.waiting.appendleft(seq)
 
     @staticmethod
     def _has_answer(seq: Seq) -> bool:

@@ -309,7 +309,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
     4096, under 160 GiB 8192 (H100, A100 80 GB, H200), else 16384). Its running requests
     are capped by the Mamba pool (``SimConfig.sglang_running_cap``), not set here, and
     what each holds of it is the strategy's (``cache.running_states``); speculative
-    decoding's Mamba slots are not modelled."""
+    decoding's Mamba slots are not modelled. Its retraction (``preemption_policy``,
+    ``preemption``, ``admit_after_preemption``): docs/SIMULATION.md §1b."""
     memory = gpu.memory_bytes
     if memory < 20 * GIB:
         chunk = 2048
@@ -319,7 +320,17 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         chunk = 8192
     else:
         chunk = 16384
-    return {"cache.token_budget": chunk}
+    return {
+        "cache.token_budget": chunk,
+        # reset_for_retract keeps output_ids: a retracted request prefills prompt + output.
+        "engine.preemption": "resume",
+        # ScheduleBatch.retract_decode: decoding requests only, fewest outputs first,
+        # requeued at the back (Scheduler._add_request_to_queue); chunks never retract.
+        "engine.preemption_policy": "sglang",
+        # A step that retracts is a decode batch (update_running_batch runs only when
+        # get_new_batch_prefill found nothing): it admits no one.
+        "engine.admit_after_preemption": False,
+    }
 
 
 def _no_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:

@@ -580,6 +580,7 @@ def _assemble(
             fuse_decode_steps=engine["fuse_decode_steps"],
             async_scheduling=engine["async_scheduling"],
             preemption=engine["preemption"],
+            preemption_policy=engine["preemption_policy"],
             admit_after_preemption=engine["admit_after_preemption"],
             max_model_len=model_length(engine["max_model_len"], model_sizes, where),
             length_limits=engine["length_limits"],

@@ -41,6 +41,7 @@ from sim.engine.config import (
     MEMORY_MODES,
     MODES,
     PREEMPTION_MODES,
+    PREEMPTION_POLICIES,
     SHARE_RULES,
 )
 from sim.engine.costs import GPU_PRESETS
@@ -311,6 +312,14 @@ _SIM_ENGINE: dict[str, Key] = {
         "what a preempted request keeps: restart (nothing: it generates its output anew) "
         "or resume (its output: it prefills its prompt and output, then decodes on)",
     ),
+    "preemption_policy": Key(
+        choice(list(PREEMPTION_POLICIES)),
+        "youngest",
+        "which running request a step short of pages preempts: youngest (vLLM: any "
+        "phase, requeued first) or sglang (SGLang's retract_decode: decoding requests only, "
+        "fewest output tokens first, longest prompt on ties, requeued last; prefill chunks "
+        "wait)",
+    ),
     "mfu": Key(number(0.0, 1.0, strict=True), 0.5, "achieved fraction of peak FLOP/s"),
     "mbu": Key(number(0.0, 1.0, strict=True), 0.8, "achieved fraction of HBM bandwidth"),
     "copy_efficiency": Key(number(0.0, 1.0, strict=True), 0.8, "copy fraction of HBM bandwidth"),
@@ -325,6 +334,7 @@ TIMING_ONLY_KEYS = (
     "engine.fuse_decode_steps",
     "engine.async_scheduling",
     "engine.preemption",
+    "engine.preemption_policy",
     "engine.admit_after_preemption",
     "engine.mfu",
     "engine.mbu",

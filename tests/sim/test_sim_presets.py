@@ -462,7 +462,12 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     tiers = [(16, 2048), (24, 4096), (48, 4096), (80, 8192), (141, 8192), (192, 16384)]
     for gib, chunk in tiers:
         spec = dataclasses.replace(h200, memory_bytes=gib * GIB)
-        assert sglang_scheduling(spec) == {"cache.token_budget": chunk}, gib
+        assert sglang_scheduling(spec) == {
+            "cache.token_budget": chunk,
+            "engine.preemption": "resume",
+            "engine.preemption_policy": "sglang",
+            "engine.admit_after_preemption": False,
+        }, gib
     assert PRESETS["marconi"].scheduling(h200) == {}
     # The file's own values win.
     mine = scenario(
@@ -470,6 +475,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     ).sim_config
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
     assert config.async_scheduling and not sglang.async_scheduling
+    assert (config.preemption_policy, sglang.preemption_policy) == ("youngest", "sglang")
 
 
 def test_sglang_chunks_ignore_the_steps_decodes() -> None:

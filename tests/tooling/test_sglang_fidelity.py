@@ -548,3 +548,45 @@ def test_the_sglang_length_rule_is_sglang_s_own_code() -> None:
         )
         Scheduler.init_req_max_new_tokens(scheduler, req)  # type: ignore[arg-type]
         assert req.sampling_params.max_new_tokens == limits.output_room(prompt), prompt
+
+
+def test_the_sglang_retraction_order_is_sglang_s_own() -> None:
+    # ScheduleBatch._get_decode_retraction_order (retraction_policy "length", the
+    # default) lists the decode batch from most to least worth keeping, and
+    # retract_decode pops from its end. hyckpt's preemption_policy = "sglang" picks,
+    # each time, min(reversed(decoding), key=_retraction_key): the same requests in the
+    # same order, on 200 batches with many ties in outputs and prompts (a tie-break on
+    # anything but the batch order fails here).
+    import random
+    from types import SimpleNamespace
+
+    sglang_replay.import_sglang()
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    from sim.engine.planning import _retraction_key
+    from sim.engine.sequence import Seq
+    from sim.workloads.prompt import Prompt
+    from sim.workloads.request import Request
+
+    sglang_replay.publish_server_args(512)
+    rng = random.Random(0)
+    for case in range(200):
+        shapes = [(rng.choice((16, 32, 48)), rng.randint(1, 4)) for _ in range(rng.randint(1, 7))]
+        reqs = [
+            SimpleNamespace(output_ids=[0] * out, origin_input_ids=[0] * prompt, priority=None)
+            for prompt, out in shapes
+        ]
+        keep_order = ScheduleBatch._get_decode_retraction_order(reqs)  # type: ignore[arg-type]
+        sglang_retracts = list(reversed(keep_order))
+        seqs = []
+        for index, (prompt, out) in enumerate(shapes):
+            request = Request(f"r{index}/0", 0.0, "r", 0, Prompt([(1, prompt)]), 9, (0,), "x")
+            seq = Seq(request, index, prompt, 9)
+            seq.generated = out
+            seqs.append(seq)
+        running, hyckpt_retracts = list(seqs), []
+        while running:
+            victim = min(reversed(running), key=_retraction_key)
+            hyckpt_retracts.append(seqs.index(victim))
+            running.remove(victim)
+        assert hyckpt_retracts == sglang_retracts, (case, shapes)

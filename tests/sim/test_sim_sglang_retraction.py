@@ -1,0 +1,245 @@
+"""``preemption_policy = "sglang"``: SGLang's decode retraction (SEMANTICS H9g), worked by
+hand from SGLang 0.5.23's ``ScheduleBatch.retract_decode`` and
+``_get_decode_retraction_order`` (``srt/managers/schedule_batch.py``), ``B = 16``.
+
+- a step whose decodes find too few free pages retracts decoding requests only: the one
+  with the fewest output tokens, the longest prompt among those, the youngest among
+  those (``"youngest"``, vLLM's rule, takes the youngest running request);
+- the retracted request goes to the back of the waiting queue (vLLM's to the front);
+- a prefill chunk that finds too few pages waits while a request decodes;
+- the KV a retracted request decoded is freed, not cached (``checkpoint=False``).
+
+``tests/tooling/test_sglang_fidelity.py`` checks the order against SGLang's own function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference.errors import InvalidConfigError
+from sim.cli import main as cli_main
+from sim.engine import SimConfig
+from sim.engine.backends import make_backend
+from sim.engine.scheduler import Engine
+from sim.engine.sequence import Phase, Seq
+from sim.engine.sources import build_workload
+from sim.engine.step_plan import StepPlan
+from sim.scenarios.loader import build_scenario
+from sim.scenarios.schema import ScenarioError
+from tests.sim.test_sim_engine import assert_clean
+from tests.sim.test_sim_preemption import chat
+from tests.sim.test_sim_progress_guard import deadline
+from tests.sim.test_sim_vllm_admission import chunks_of
+from tests.sim.test_sim_vllm_steps import ChunkRecorder
+
+#: Split memory, 16-token blocks, checkpoints at each prompt's last block boundary.
+BASE = SimConfig(
+    kv_blocks=8,
+    checkpoint_slots=8,
+    max_num_seqs=3,
+    workload_hints=False,
+    placement="block-floor",
+    preemption="resume",
+    admit_after_preemption=False,
+)
+
+
+class RecordingEngine(Engine):
+    """The engine, recording each preemption: who, with how many output tokens, and the
+    waiting queue right after it."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.preempted: list[tuple[int, str, int, list[str]]] = []
+        self.cached_after: list[int] = []
+
+    def _preempt(self, seq: Seq, plan: StepPlan) -> None:
+        generated = seq.generated
+        super()._preempt(seq, plan)
+        waiting = [other.request_id for other in self.waiting]
+        self.preempted.append((self.step, seq.request_id, generated, waiting))
+        self.cached_after.append(self.pool.cached_count())
+
+
+def run(policy: str, requests: list, **changes: object) -> tuple[RecordingEngine, ChunkRecorder]:
+    config = dataclasses.replace(BASE, preemption_policy=policy, **changes)  # type: ignore[arg-type]
+    backend = ChunkRecorder()
+    engine = RecordingEngine(config, requests, backend)
+    engine.run()
+    assert_clean(engine)
+    return engine, backend
+
+
+def three_and_one() -> list:
+    # a, b, c are admitted at step 1 (max_num_seqs 3) and prefill whole: 2 + 3 + 1 = 6 of
+    # the 8 blocks; d waits. Each then holds 1 output token and, at step 2, each decode
+    # needs a new block (32 -> 33, 48 -> 49, 16 -> 17 tokens): 2 are free.
+    return [chat("a", 1, 32, 20), chat("b", 2, 48, 20), chat("c", 3, 16, 20), chat("d", 4, 16, 4)]
+
+
+def test_sglang_retracts_the_decode_with_the_longest_prompt_among_equal_outputs() -> None:
+    # Step 2, in running order: a takes a block, b takes the last one, c finds none.
+    # - sglang: all three have 1 output token; the longest prompt, b (48), is retracted
+    #   (its 4 blocks come back, c grows) and queues behind d.
+    # - youngest: c itself, the youngest running request, is preempted, ahead of d.
+    engine, _ = run("sglang", three_and_one())
+    assert engine.preempted[0] == (2, "b/0", 1, ["d/0", "b/0"])
+    engine, _ = run("youngest", three_and_one())
+    assert engine.preempted[0] == (2, "c/0", 1, ["c/0", "d/0"])
+
+
+def test_sglang_order_prefers_fewest_outputs_over_age_and_prompt() -> None:
+    # In the engine the youngest running request has the fewest output tokens unless an
+    # older one was retracted and resumed; so the order alone, on hand-made sequences
+    # (output tokens, prompt tokens), in running order.
+    from sim.engine.planning import _retraction_key
+
+    def seq(name: str, prompt: int, generated: int) -> Seq:
+        s = Seq(chat(name, 1, prompt, 50), 0, prompt, 50)
+        s.generated = generated
+        return s
+
+    old_short_output = seq("old", 16, 2)
+    young_long_output = seq("young", 64, 9)
+    young_same_output = seq("young2", 64, 2)
+    running = [old_short_output, young_long_output, young_same_output]
+    # Fewest outputs (2: old and young2), then the longest prompt (young2, 64).
+    assert min(reversed(running), key=_retraction_key) is young_same_output
+    equal = [seq("x", 32, 3), seq("y", 32, 3)]
+    # Equal keys: the youngest (SGLang's stable sort, popped from the end).
+    assert min(reversed(equal), key=_retraction_key) is equal[1]
+
+
+def test_a_prefill_chunk_waits_for_the_decodes_instead_of_preempting() -> None:
+    # 5 blocks, chunks of at most 32 tokens. Step 1: a prefills [0, 16) (1 block) and b
+    # its first chunk [0, 16) (the budget's rest). Step 2: a decodes (16 -> 17, a second
+    # block), b prefills [16, 48) (2 blocks): all 5 used. Step 3: b's last chunk [48, 64)
+    # needs a block.
+    # - youngest: b, the youngest, is preempted (itself) at step 3.
+    # - sglang: b waits while a decodes; a finishes at 26 tokens (10 output) without a
+    #   third block, its 2 blocks come back, and b's chunk runs: no preemption at all.
+    # (Step 2's chunk is [16, 47): the budget less a's decode token; it holds 3 blocks.)
+    requests = [chat("a", 1, 16, 10), chat("b", 2, 64, 5)]
+    changes = {"kv_blocks": 5, "token_budget": 32, "max_num_seqs": 2}
+    engine, backend = run("sglang", requests, **changes)
+    assert engine.metrics.preemptions == 0
+    assert chunks_of(backend, "b/0") == [(0, 16), (16, 47), (47, 64)]
+    engine, _ = run("youngest", requests, **changes)
+    assert engine.metrics.preemptions >= 1
+    assert engine.preempted[0][:2] == (3, "b/0")
+
+
+def test_a_retracted_requests_decoded_kv_is_not_cached() -> None:
+    # a and b (32 tokens, 60 output) prefill at step 1 (2 blocks each) and take a third
+    # block at step 2 (33 tokens): 6 of 7 used. At step 18 both decode 48 -> 49 and need
+    # a fourth: a takes the last, b finds none. Both rules pick b (equal outputs, 17,
+    # and prompts: the youngest). Its block [32, 48) holds 16 output tokens' KV:
+    # vLLM's rule caches it as it is freed, SGLang's frees it uncached.
+    def retract(policy: str) -> RecordingEngine:
+        requests = [chat("a", 1, 32, 60), chat("b", 2, 32, 60)]
+        engine, _ = run(policy, requests, kv_blocks=7, max_num_seqs=2, cache_generated=True)
+        assert engine.preempted[0][:3] == (18, "b/0", 17)
+        return engine
+
+    sglang, youngest = retract("sglang"), retract("youngest")
+    assert youngest.cached_after[0] - sglang.cached_after[0] == 1
+
+
+def sglang_rules_on_chat(kv_blocks: int, slots: int, extra_buffer: bool, seed: int) -> Engine:
+    """The sglang presets' switches (chunk-end or chunk-grid states, answers cached with
+    their state, a running state each (three with extra_buffer), leaf KV dropped with
+    its state, duplicate KV adopted, resumption, SGLang's retraction, no admission in a
+    step that retracted) on ``kv_blocks`` blocks and ``slots`` checkpoints, for 40 chat
+    requests."""
+    config = SimConfig(
+        kv_blocks=kv_blocks,
+        checkpoint_slots=slots,
+        max_num_seqs=4,
+        token_budget=512,
+        placement="chunk-grid" if extra_buffer else "chunk-end",
+        placement_params={"grid": 64, "hash_unit": 1} if extra_buffer else {"hash_unit": 1},
+        workload_hints=False,
+        cache_generated=True,
+        generated_state=True,
+        generated_state_grid=128 if extra_buffer else None,
+        kv_up_to_checkpoint=extra_buffer,
+        running_states=3 if extra_buffer else 1,
+        decodes_share_budget=False,
+        drop_leaf_kv=True,
+        adopt_cached_blocks=True,
+        preemption="resume",
+        preemption_policy="sglang",
+        admit_after_preemption=False,
+    )
+    stream, _ = build_workload("multi_turn_chat", 40, seed)
+    return Engine(config, list(stream()), make_backend("shadow", None))
+
+
+@given(
+    kv_blocks=st.integers(40, 200).map(int).filter(bool),
+    extra_slots=st.integers(0, 5).map(int),
+    extra_buffer=st.booleans().map(bool),
+    seed=st.integers(0, 50).map(int),
+)
+@settings(max_examples=12, deadline=None)
+def test_sglang_s_rules_on_tiny_budgets_finish_every_request_or_reject_it_on_arrival(
+    kv_blocks: int, extra_slots: int, extra_buffer: bool, seed: int
+) -> None:
+    # Retraction, waiting prefill chunks and resumed re-prefills on pools of 40-200
+    # blocks (a scan of 60 such runs: 352 preemptions where the youngest rule makes
+    # 1,415): every request finishes or is rejected on arrival, the lockstep checker
+    # finds nothing, and nothing is left held.
+    slots = (4 if extra_buffer else 2) + extra_slots
+    engine = sglang_rules_on_chat(kv_blocks, slots, extra_buffer, seed)
+    with deadline(60):
+        engine.run()
+    assert_clean(engine)
+    metrics = engine.metrics
+    assert metrics.requests_finished + metrics.requests_rejected == 40
+    assert engine.pool.check() == []
+
+
+def test_a_resumed_re_prefill_keeps_states_past_the_prompt() -> None:
+    # SGLang refills prompt + output (n + g tokens) as one sequence and checkpoints its
+    # chunk ends, the last at n + g: on a run that retracts, some resumed request's
+    # re-prefill reserves its state there. (With placement seeing the prompt only, as
+    # vLLM's rule has it, a re-prefill's states stop at n; the answer's state at the
+    # finish, n + output - 1, is another position.)
+    engine = sglang_rules_on_chat(80, 4, False, 0)
+    ends: list[bool] = []
+    reserve = engine._reserve
+
+    def recorded(hashed, position):  # type: ignore[no-untyped-def]
+        seq = next((s for s in engine.running if s.hashed is hashed), None)
+        if seq is not None and seq.resumed and seq.phase is Phase.PREFILL:
+            ends.append(position == seq.prefill_len > seq.prompt_len)
+        return reserve(hashed, position)
+
+    engine._reserve = recorded  # type: ignore[method-assign]
+    engine.run()
+    assert_clean(engine)
+    assert engine.metrics.preemptions > 0
+    assert any(ends)
+
+
+def test_the_policy_is_validated_and_timed_only() -> None:
+    with pytest.raises(InvalidConfigError, match=r"SimConfig\.preemption_policy must be one"):
+        SimConfig(preemption_policy="oldest")
+    head = '[scenario]\nname = "x"\n[workload]\ngenerator = "multi_turn_chat"\nrequests = 10\n'
+    for lines in ('preemption_policy = "oldest"', 'mode = "replay"\npreemption_policy = "sglang"'):
+        with pytest.raises(ScenarioError, match=r"engine\.preemption_policy"):
+            build_scenario(
+                tomllib.loads(f"{head}[engine]\n{lines}\n"), "x.toml", None, base_dir=None
+            )
+
+
+def test_the_command_line_takes_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--requests", "4", "--quiet", "--preemption-policy", "sglang"]
+    assert cli_main(args) == 0
+    assert cli_main([*args, "--mode", "replay"]) == 2
+    assert "--preemption-policy" in capsys.readouterr().err
