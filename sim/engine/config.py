@@ -370,6 +370,12 @@ class SimConfig:
             uncached (``release_kv_cache(checkpoint=False)``); a prefill chunk that finds
             no pages waits for a later step while any request decodes (docs/SEMANTICS.md
             H9g). A replay never preempts.
+        mixed_batches: a timed step runs the decoding requests' decodes and the
+            prefilling requests' chunks together, as vLLM's batches mix them. ``False``: a
+            step runs prefill chunks and admissions when it can plan any, and decodes only
+            when it cannot, as SGLang's scheduler runs a prefill batch first and the
+            decode batch otherwise (``get_next_batch_to_run``, ``enable_mixed_chunk`` off
+            by default; docs/SEMANTICS.md H9i). A replay serves one request at a time.
         max_model_len: the longest sequence (prompt + output, tokens) the engine serves,
             as vLLM's ``max_model_len`` and SGLang's ``context_length``, which both take
             from the model's ``max_position_embeddings`` by default: a longer prompt is
@@ -482,6 +488,7 @@ class SimConfig:
     async_scheduling: bool = False
     preemption: str = "restart"
     preemption_policy: str = "youngest"
+    mixed_batches: bool = True
     admit_after_preemption: bool = True
     max_model_len: int | None = None
     length_limits: str = "vllm"
@@ -607,6 +614,7 @@ class SimConfig:
             "required_captures",
             "states_in_place",
             "async_scheduling",
+            "mixed_batches",
             "admit_after_preemption",
             "admit_full_prompt",
             "workload_hints",

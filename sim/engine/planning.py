@@ -33,13 +33,36 @@ class Planning(EngineCore):
     """The engine's step planning (a part of :class:`~sim.engine.scheduler.Engine`)."""
 
     def _schedule(self) -> StepPlan:
-        """Plan the next step at the current time (decode, then prefill, then admit)."""
+        """Plan the next step at the current time: decode, then prefill, then admit; with
+        ``mixed_batches = False`` prefill and admit, and decode only in a step that has
+        no prefill chunk (SEMANTICS H9i)."""
         self.step += 1
         self.checker.step = self.step
         plan = StepPlan(self.step)
         config = self.config
         budget = config.token_budget
         preempted = self.metrics.preemptions
+        if config.mixed_batches:
+            budget = self._plan_decodes(plan, budget)
+            self._plan_prefills(plan, budget, preempted)
+        else:
+            self._plan_prefills(plan, budget, preempted)
+            if not plan.prefills:
+                self._plan_decodes(plan, budget)
+        plan.after_let_go = self._take_in_finished()  # SEMANTICS H9f
+        rate = config.faults.preempt_mid_prefill_rate
+        # Only a step with other work can lose a request this way: a step left empty
+        # would make no progress (at rate 1 a lone request would be preempted forever).
+        others = len(plan.prefills) + len(plan.decodes) - 1
+        if rate and plan.prefills and others and self._fault_rng.random() < rate:
+            victim = max(plan.prefills, key=lambda s: self.running.index(s))
+            self._preempt(victim, plan)
+        return plan
+
+    def _plan_decodes(self, plan: StepPlan, budget: int) -> int:
+        """Plan each decoding request's decode (growing its blocks, which may preempt);
+        return the prefill budget left (``decodes_share_budget``: less the decodes')."""
+        share = self.config.decodes_share_budget
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
@@ -48,8 +71,15 @@ class Planning(EngineCore):
             tokens = self._decode_tokens(seq)
             if self._grow(seq, seq.computed + tokens, plan):
                 plan.decodes[seq] = tokens
-                if config.decodes_share_budget:
+                if share:
                     budget -= tokens
+        return budget
+
+    def _plan_prefills(self, plan: StepPlan, budget: int, preempted: int) -> None:
+        """Plan the prefilling requests' chunks, then admit from the waiting queue, within
+        ``budget`` tokens (no admission after a preemption this step, ``preempted``
+        being the count before it, unless ``admit_after_preemption``)."""
+        config = self.config
         for seq in list(self.running):
             if budget <= 0:
                 break
@@ -72,15 +102,6 @@ class Planning(EngineCore):
             if not taken:
                 break
             budget -= taken
-        plan.after_let_go = self._take_in_finished()  # SEMANTICS H9f
-        rate = config.faults.preempt_mid_prefill_rate
-        # Only a step with other work can lose a request this way: a step left empty
-        # would make no progress (at rate 1 a lone request would be preempted forever).
-        others = len(plan.prefills) + len(plan.decodes) - 1
-        if rate and plan.prefills and others and self._fault_rng.random() < rate:
-            victim = max(plan.prefills, key=lambda s: self.running.index(s))
-            self._preempt(victim, plan)
-        return plan
 
     def _decode_tokens(self, seq: Seq) -> int:
         """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""

@@ -330,6 +330,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         # A step that retracts is a decode batch (update_running_batch runs only when
         # get_new_batch_prefill found nothing): it admits no one.
         "engine.admit_after_preemption": False,
+        # get_next_batch_to_run: a prefill batch if one can be formed, else decode.
+        "engine.mixed_batches": False,
     }
 
 

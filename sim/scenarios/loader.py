@@ -581,6 +581,7 @@ def _assemble(
             async_scheduling=engine["async_scheduling"],
             preemption=engine["preemption"],
             preemption_policy=engine["preemption_policy"],
+            mixed_batches=engine["mixed_batches"],
             admit_after_preemption=engine["admit_after_preemption"],
             max_model_len=model_length(engine["max_model_len"], model_sizes, where),
             length_limits=engine["length_limits"],

@@ -287,6 +287,12 @@ _SIM_ENGINE: dict[str, Key] = {
         "plan a step before taking in the previous step's output (vLLM's default): a "
         "finished request's memory comes back after the next step is planned",
     ),
+    "mixed_batches": Key(
+        boolean,
+        True,
+        "a step runs decodes and prefill chunks together (vLLM); false: prefill chunks and "
+        "admissions when there are any, decodes only in a step without (SGLang)",
+    ),
     "admit_after_preemption": Key(
         boolean,
         True,
@@ -335,6 +341,7 @@ TIMING_ONLY_KEYS = (
     "engine.async_scheduling",
     "engine.preemption",
     "engine.preemption_policy",
+    "engine.mixed_batches",
     "engine.admit_after_preemption",
     "engine.mfu",
     "engine.mbu",

@@ -467,6 +467,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
             "engine.preemption": "resume",
             "engine.preemption_policy": "sglang",
             "engine.admit_after_preemption": False,
+            "engine.mixed_batches": False,
         }, gib
     assert PRESETS["marconi"].scheduling(h200) == {}
     # The file's own values win.
@@ -476,6 +477,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
     assert config.async_scheduling and not sglang.async_scheduling
     assert (config.preemption_policy, sglang.preemption_policy) == ("youngest", "sglang")
+    assert config.mixed_batches and not sglang.mixed_batches
 
 
 def test_sglang_chunks_ignore_the_steps_decodes() -> None:

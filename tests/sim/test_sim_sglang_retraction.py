@@ -150,12 +150,14 @@ def test_a_retracted_requests_decoded_kv_is_not_cached() -> None:
     assert youngest.cached_after[0] - sglang.cached_after[0] == 1
 
 
-def sglang_rules_on_chat(kv_blocks: int, slots: int, extra_buffer: bool, seed: int) -> Engine:
+def sglang_rules_on_chat(
+    kv_blocks: int, slots: int, extra_buffer: bool, seed: int, **changes: object
+) -> Engine:
     """The sglang presets' switches (chunk-end or chunk-grid states, answers cached with
     their state, a running state each (three with extra_buffer), leaf KV dropped with
     its state, duplicate KV adopted, resumption, SGLang's retraction, no admission in a
-    step that retracted) on ``kv_blocks`` blocks and ``slots`` checkpoints, for 40 chat
-    requests."""
+    step that retracted, prefill and decode in separate steps) on ``kv_blocks`` blocks
+    and ``slots`` checkpoints, for 40 chat requests; ``changes`` on top."""
     config = SimConfig(
         kv_blocks=kv_blocks,
         checkpoint_slots=slots,
@@ -175,7 +177,9 @@ def sglang_rules_on_chat(kv_blocks: int, slots: int, extra_buffer: bool, seed: i
         preemption="resume",
         preemption_policy="sglang",
         admit_after_preemption=False,
+        mixed_batches=False,
     )
+    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
     stream, _ = build_workload("multi_turn_chat", 40, seed)
     return Engine(config, list(stream()), make_backend("shadow", None))
 
@@ -243,3 +247,77 @@ def test_the_command_line_takes_the_policy(capsys: pytest.CaptureFixture[str]) -
     assert cli_main(args) == 0
     assert cli_main([*args, "--mode", "replay"]) == 2
     assert "--preemption-policy" in capsys.readouterr().err
+
+
+class BatchRecorder(Engine):
+    """The engine, recording each step's plan: who prefills, who decodes."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.steps: list[tuple[int, list[str], list[str]]] = []
+
+    def _schedule(self) -> StepPlan:
+        plan = super()._schedule()
+        prefills = sorted(seq.request_id for seq in plan.prefills)
+        decodes = sorted(seq.request_id for seq in plan.decodes)
+        self.steps.append((self.step, prefills, decodes))
+        return plan
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_separate_batches_run_prefill_first_and_decode_otherwise(mixed: bool) -> None:
+    # B = 16, 32 tokens of prefill a step, decodes outside that budget. a (16 tokens, 5
+    # output) and b (64 tokens) arrive together. Step 1: a prefills [0, 16) and b
+    # [0, 16); a has its first output token. Steps 2-3: b prefills [16, 48), [48, 64).
+    # - mixed (vLLM's batches): a decodes in steps 2-5 beside b's chunks and after, and
+    #   finishes at step 5.
+    # - separate (SGLang's, mixed_batches = false): a step with a prefill chunk runs no
+    #   decode; a decodes from step 4 (b, 3 output tokens, in steps 4-5 beside it) and
+    #   finishes at step 7.
+    config = dataclasses.replace(
+        BASE,
+        kv_blocks=64,
+        token_budget=32,
+        decodes_share_budget=False,
+        mixed_batches=mixed,
+        fuse_decode_steps=False,  # every step planned by _schedule, to be recorded
+    )
+    engine = BatchRecorder(
+        config, [chat("a", 1, 16, 5), chat("b", 2, 64, 3)], make_backend("shadow", None)
+    )
+    engine.run()
+    assert_clean(engine)
+    if mixed:
+        assert engine.steps[:5] == [
+            (1, ["a/0", "b/0"], []),
+            (2, ["b/0"], ["a/0"]),
+            (3, ["b/0"], ["a/0"]),
+            (4, [], ["a/0", "b/0"]),
+            (5, [], ["a/0", "b/0"]),
+        ]
+    else:
+        assert engine.steps[:7] == [
+            (1, ["a/0", "b/0"], []),
+            (2, ["b/0"], []),
+            (3, ["b/0"], []),
+            (4, [], ["a/0", "b/0"]),
+            (5, [], ["a/0", "b/0"]),
+            (6, [], ["a/0"]),
+            (7, [], ["a/0"]),
+        ]
+    assert engine.metrics.requests_finished == 2
+
+
+@pytest.mark.parametrize("kv_blocks", [80, 120, 100_000])
+def test_fused_decode_steps_give_the_same_run_with_sglang_s_rules(kv_blocks: int) -> None:
+    # Separate batches and retraction, fused decode steps or planned one by one: the
+    # same steps, retractions, hits and clock (80 and 120 blocks retract; 100,000 never).
+    fused = sglang_rules_on_chat(kv_blocks, 6, False, 3)
+    plain = sglang_rules_on_chat(kv_blocks, 6, False, 3, fuse_decode_steps=False)
+    for engine in (fused, plain):
+        engine.run()
+        assert_clean(engine)
+    for name in ("steps", "preemptions", "hit_tokens", "decode_tokens", "captures_published"):
+        assert getattr(fused.metrics, name) == getattr(plain.metrics, name), name
+    assert (plain.metrics.preemptions > 0) == (kv_blocks < 1000)
+    assert fused.env.now == plain.env.now
