@@ -41,6 +41,8 @@ MODES = ("engine", "replay")
 PREEMPTION_MODES = ("restart", "resume")
 #: Which running request a step preempts for pages (``SimConfig.preemption_policy``).
 PREEMPTION_POLICIES = ("youngest", "sglang")
+#: What admission reserves for running requests' output (``SimConfig.decode_reservation``).
+DECODE_RESERVATIONS = ("none", "sglang")
 #: Whose rule ``SimConfig.max_model_len`` follows (:mod:`sim.engine.length_limits`).
 LENGTH_LIMIT_RULES = ("vllm", "sglang")
 #: The longest ``max_model_len`` a configuration may set (tokens).
@@ -376,6 +378,15 @@ class SimConfig:
             when it cannot, as SGLang's scheduler runs a prefill batch first and the
             decode batch otherwise (``get_next_batch_to_run``, ``enable_mixed_chunk`` off
             by default; docs/SEMANTICS.md H9i). A replay serves one request at a time.
+        decode_reservation: what the timed engine's admission keeps free for the running
+            requests' future output. ``none``: nothing; a request is admitted when its
+            first chunk's blocks are free. ``sglang``: SGLang's ``PrefillAdder``: the
+            free and evictable KV tokens less each decoding request's remaining output
+            times the new-token ratio (0.7, decaying to 0.098 over 600 decode steps,
+            re-estimated at a retraction, reset when idle) and less the output of the
+            requests whose prefill this step completes, must exceed the new request's
+            uncached prompt plus its output plus a page; a continuing chunk is cut to
+            what is left (:mod:`sim.engine.decode_reservation`, docs/SEMANTICS.md H9j).
         max_model_len: the longest sequence (prompt + output, tokens) the engine serves,
             as vLLM's ``max_model_len`` and SGLang's ``context_length``, which both take
             from the model's ``max_position_embeddings`` by default: a longer prompt is
@@ -489,6 +500,7 @@ class SimConfig:
     preemption: str = "restart"
     preemption_policy: str = "youngest"
     mixed_batches: bool = True
+    decode_reservation: str = "none"
     admit_after_preemption: bool = True
     max_model_len: int | None = None
     length_limits: str = "vllm"
@@ -676,6 +688,11 @@ class SimConfig:
             raise InvalidConfigError(
                 "SimConfig.preemption_policy must be one of "
                 f"{', '.join(PREEMPTION_POLICIES)}, got {self.preemption_policy!r}"
+            )
+        if self.decode_reservation not in DECODE_RESERVATIONS:
+            raise InvalidConfigError(
+                "SimConfig.decode_reservation must be one of "
+                f"{', '.join(DECODE_RESERVATIONS)}, got {self.decode_reservation!r}"
             )
         if self.mode not in MODES:
             raise InvalidConfigError(

@@ -29,6 +29,7 @@ from sim.engine.alpha_tuning import AlphaTuner
 from sim.engine.backends.base import Backend, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
+from sim.engine.decode_reservation import NewTokenRatio
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
 from sim.engine.leaf_kv import LeafKVPool
@@ -97,6 +98,11 @@ class EngineCore:
         self._finishing: list[Seq] = []
         self._resume_output = config.preemption == "resume"  # SEMANTICS H9g
         self._sglang_retraction = config.preemption_policy == "sglang"  # SEMANTICS H9g
+        # SEMANTICS H9j: SGLang's reservation for running requests' output; the decode
+        # steps counted for its new-token ratio's decay.
+        self._reserve_decodes = config.decode_reservation == "sglang"
+        self._new_token_ratio = NewTokenRatio()
+        self._decode_steps = 0
         # SEMANTICS H9a: checkpoint slot -> the request whose running state's pages it took.
         self._lent_holders: dict[int, Seq] = {}
         # SEMANTICS H9h: states live in the request's blocks, which it holds until its turn

@@ -198,6 +198,7 @@ class FusedDecode(Planning, Completion):
         metrics.compute_busy_s = busy_s
         metrics.steps += steps
         metrics.decode_tokens += tokens
+        self._decode_steps += steps  # SEMANTICS H9j: decode steps that retracted no one
         for seq, (computed, generated) in base.items():
             if done:
                 self.backend.decode(

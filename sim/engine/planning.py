@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from reference.api import PrefillChunk, Reservation
 from reference.hashing import TOKEN_BYTES
+from sim.engine.decode_reservation import PAGE_TOKENS, output_left
 from sim.engine.engine_core import EngineCore
 from sim.engine.hits import block_digests, reconcile
 from sim.engine.leaf_kv import LeafKVPool
@@ -63,6 +64,7 @@ class Planning(EngineCore):
         """Plan each decoding request's decode (growing its blocks, which may preempt);
         return the prefill budget left (``decodes_share_budget``: less the decodes')."""
         share = self.config.decodes_share_budget
+        preempted = self.metrics.preemptions
         for seq in list(self.running):
             if seq.phase is not Phase.DECODE:
                 continue
@@ -73,7 +75,29 @@ class Planning(EngineCore):
                 plan.decodes[seq] = tokens
                 if share:
                     budget -= tokens
+        # SEMANTICS H9j: the new-token ratio decays with each decode step that retracts
+        # no one, and is estimated anew at a retraction.
+        if self.metrics.preemptions > preempted:
+            if self._reserve_decodes:
+                decoding = (seq for seq in self.running if seq.phase is Phase.DECODE)
+                self._new_token_ratio.after_retraction(decoding, self._decode_steps)
+        elif plan.decodes:
+            self._decode_steps += 1
         return budget
+
+    def _decode_room(self, plan: StepPlan) -> float:
+        """SEMANTICS H9j (SGLang's ``PrefillBudget.remaining_total``): free and evictable
+        KV tokens, less each decoding request's remaining output times the new-token
+        ratio, less a page and, for a chunk that completes its prefill, the output of
+        each request ``plan`` prefills (its chunk's own blocks are allocated already)."""
+        ratio = self._new_token_ratio.at(self._decode_steps)
+        room: float = self.pool.free_count() * self._block
+        for seq in self.running:
+            if seq.phase is Phase.DECODE:
+                room -= output_left(seq) * ratio
+        for seq, chunk in plan.prefills.items():
+            room -= PAGE_TOKENS + (output_left(seq) if chunk.end == seq.prefill_len else 0)
+        return room
 
     def _plan_prefills(self, plan: StepPlan, budget: int, preempted: int) -> None:
         """Plan the prefilling requests' chunks, then admit from the waiting queue, within
@@ -87,7 +111,12 @@ class Planning(EngineCore):
                 continue
             if seq.held or seq.held_pages:
                 self._release_held(seq)
-            end = self._chunk_end(seq, seq.computed, budget, seq.branch_points)
+            chunk_budget = budget
+            if self._reserve_decodes:
+                # PrefillBudget.available_chunk_tokens: cut to the room left, if any.
+                room = int(self._decode_room(plan))
+                chunk_budget = min(budget, room) if room > 0 else budget
+            end = self._chunk_end(seq, seq.computed, chunk_budget, seq.branch_points)
             if end == seq.computed:
                 continue  # less than a block of budget left for an aligned chunk
             captures = 0
@@ -153,8 +182,8 @@ class Planning(EngineCore):
         a prefill chunk never retracts anyone and waits while a request decodes. Where
         SGLang would abort its last decoding request (or has no decodes to retract for a
         chunk), the youngest running request is preempted: SGLang's admission, which
-        reserves room for the running requests' outputs, rarely gets there, and hyckpt's
-        does not reserve (docs/SIMULATION.md §1b)."""
+        reserves room for the running requests' outputs (``decode_reservation``),
+        rarely gets there (docs/SEMANTICS.md H9g)."""
         if self._sglang_retraction:
             decoding = [other for other in self.running if other.phase is Phase.DECODE]
             if seq.phase is not Phase.DECODE and decoding:
@@ -230,6 +259,16 @@ class Planning(EngineCore):
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
         )
         p = hit.tokens if hit is not None else 0
+        # SEMANTICS H9j (PrefillAdder.add_one_req): its uncached prompt, its output and a
+        # page must fit in what the running requests' reservations leave. Into an empty
+        # engine a request that fits the pool alone goes (SGLang clips its output to the
+        # pool instead, max_new_tokens_for_memory).
+        if (
+            self._reserve_decodes
+            and (self.running or plan.prefills)
+            and n - p + output_left(seq) + PAGE_TOKENS >= self._decode_room(plan)
+        ):
+            return 0
         # Blocks of [0, p) still cached are shared. Without paged attention a hit is not
         # limited by the KV pool (its blocks hold nothing the model reads), so some of
         # them may have been reused since: those come fresh, like the chunk's.

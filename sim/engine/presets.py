@@ -332,6 +332,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "engine.admit_after_preemption": False,
         # get_next_batch_to_run: a prefill batch if one can be formed, else decode.
         "engine.mixed_batches": False,
+        # PrefillAdder: admission leaves room for the running requests' future output.
+        "engine.decode_reservation": "sglang",
     }
 
 

@@ -104,6 +104,7 @@ class Engine(FusedDecode):
             if plan is None:
                 if not self.running and not self.waiting:
                     self._take_in_finished()  # nothing to plan: the output is taken in
+                    self._new_token_ratio.reset(self._decode_steps)  # Scheduler.on_idle
                     if self._arrivals_done:
                         return
                     self._idle = env.event()

@@ -582,6 +582,7 @@ def _assemble(
             preemption=engine["preemption"],
             preemption_policy=engine["preemption_policy"],
             mixed_batches=engine["mixed_batches"],
+            decode_reservation=engine["decode_reservation"],
             admit_after_preemption=engine["admit_after_preemption"],
             max_model_len=model_length(engine["max_model_len"], model_sizes, where),
             length_limits=engine["length_limits"],

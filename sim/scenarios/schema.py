@@ -26,6 +26,7 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import (
     BACKEND_NAMES,
+    DECODE_RESERVATIONS,
     LENGTH_LIMIT_RULES,
     MAX_BLOCK_SIZE,
     MAX_BUDGET_BYTES,
@@ -293,6 +294,13 @@ _SIM_ENGINE: dict[str, Key] = {
         "a step runs decodes and prefill chunks together (vLLM); false: prefill chunks and "
         "admissions when there are any, decodes only in a step without (SGLang)",
     ),
+    "decode_reservation": Key(
+        choice(list(DECODE_RESERVATIONS)),
+        "none",
+        "what admission keeps free for running requests' future output: none, or sglang "
+        "(SGLang's PrefillAdder: their remaining output times the new-token ratio, and the "
+        "new request's prompt and output must fit beside it)",
+    ),
     "admit_after_preemption": Key(
         boolean,
         True,
@@ -342,6 +350,7 @@ TIMING_ONLY_KEYS = (
     "engine.preemption",
     "engine.preemption_policy",
     "engine.mixed_batches",
+    "engine.decode_reservation",
     "engine.admit_after_preemption",
     "engine.mfu",
     "engine.mbu",

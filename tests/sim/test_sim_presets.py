@@ -468,6 +468,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
             "engine.preemption_policy": "sglang",
             "engine.admit_after_preemption": False,
             "engine.mixed_batches": False,
+            "engine.decode_reservation": "sglang",
         }, gib
     assert PRESETS["marconi"].scheduling(h200) == {}
     # The file's own values win.

@@ -25,6 +25,7 @@ from reference.errors import InvalidConfigError
 from sim.cli import main as cli_main
 from sim.engine import SimConfig
 from sim.engine.backends import make_backend
+from sim.engine.decode_reservation import NewTokenRatio
 from sim.engine.scheduler import Engine
 from sim.engine.sequence import Phase, Seq
 from sim.engine.sources import build_workload
@@ -255,9 +256,12 @@ class BatchRecorder(Engine):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.steps: list[tuple[int, list[str], list[str]]] = []
+        self.preempting_steps = 0
 
     def _schedule(self) -> StepPlan:
+        preemptions = self.metrics.preemptions
         plan = super()._schedule()
+        self.preempting_steps += self.metrics.preemptions > preemptions
         prefills = sorted(seq.request_id for seq in plan.prefills)
         decodes = sorted(seq.request_id for seq in plan.decodes)
         self.steps.append((self.step, prefills, decodes))
@@ -308,12 +312,18 @@ def test_separate_batches_run_prefill_first_and_decode_otherwise(mixed: bool) ->
     assert engine.metrics.requests_finished == 2
 
 
+@pytest.mark.parametrize("reservation", ["none", "sglang"])
 @pytest.mark.parametrize("kv_blocks", [80, 120, 100_000])
-def test_fused_decode_steps_give_the_same_run_with_sglang_s_rules(kv_blocks: int) -> None:
-    # Separate batches and retraction, fused decode steps or planned one by one: the
-    # same steps, retractions, hits and clock (80 and 120 blocks retract; 100,000 never).
-    fused = sglang_rules_on_chat(kv_blocks, 6, False, 3)
-    plain = sglang_rules_on_chat(kv_blocks, 6, False, 3, fuse_decode_steps=False)
+def test_fused_decode_steps_give_the_same_run_with_sglang_s_rules(
+    kv_blocks: int, reservation: str
+) -> None:
+    # Separate batches, retraction and the reservation (whose ratio decays with every
+    # decode step, fused or not), fused decode steps or planned one by one: the same
+    # steps, retractions, hits and clock (80 and 120 blocks retract; 100,000 never).
+    fused = sglang_rules_on_chat(kv_blocks, 6, False, 3, decode_reservation=reservation)
+    plain = sglang_rules_on_chat(
+        kv_blocks, 6, False, 3, fuse_decode_steps=False, decode_reservation=reservation
+    )
     for engine in (fused, plain):
         engine.run()
         assert_clean(engine)
@@ -321,3 +331,95 @@ def test_fused_decode_steps_give_the_same_run_with_sglang_s_rules(kv_blocks: int
         assert getattr(fused.metrics, name) == getattr(plain.metrics, name), name
     assert (plain.metrics.preemptions > 0) == (kv_blocks < 1000)
     assert fused.env.now == plain.env.now
+    assert fused._decode_steps == plain._decode_steps
+
+
+# --- decode_reservation = "sglang" (SEMANTICS H9j) -------------------------------------
+
+
+def test_the_new_token_ratio_follows_sglang_s_tracker() -> None:
+    # 0.7 at the start, (0.7 - 0.098) / 600 less per decode step without a retraction,
+    # 0.098 from step 600 on; after a retraction the decoded share of the requests left,
+    # (outputs + 20 each) / (max_new_tokens + 1), at most 1; 0.7 again when idle.
+    ratio = NewTokenRatio()
+    assert ratio.at(0) == 0.7
+    assert ratio.at(300) == pytest.approx(0.7 - 300 * 0.602 / 600, abs=1e-12)
+    assert ratio.at(600) == pytest.approx(0.098, abs=1e-12) and ratio.at(10_000) == 0.098
+    left = [Seq(chat(name, 1, 16, 100), 0, 16, 100) for name in "ab"]
+    left[0].generated, left[1].generated = 30, 50
+    ratio.after_retraction(left, 700)
+    assert ratio.at(700) == (30 + 50 + 2 * 20) / (200 + 1)
+    assert ratio.at(701) == pytest.approx(120 / 201 - 0.602 / 600, abs=1e-12)
+    left[0].generated = left[1].generated = 99
+    ratio.after_retraction(left, 800)
+    assert ratio.at(800) == 1.0  # (99 + 99 + 40) / 201 > 1
+    ratio.reset(900)
+    assert ratio.at(900) == 0.7
+
+
+def test_admission_leaves_room_for_the_running_requests_output() -> None:
+    # B = 16, 16 blocks (256 tokens). a (16 tokens, 100 output) and b (48, 100) arrive
+    # together. Step 1: a goes into the empty engine (one block). b needs its prompt, its
+    # output and a page, 48 + 100 + 1 = 149 tokens, and the room is 15 free blocks (240)
+    # less a's page and whole output (its prefill completes this step), 240 - 101 = 139:
+    # refused. Step 2: a decodes into a second block (224 tokens free) and, one decode
+    # step on, reserves 99 outputs at 0.7 - 0.602/600: 224 - 69.2 = 154.8 > 149: b goes
+    # in. Without the reservation b goes in at step 1.
+    def first_chunks(reservation: str) -> list[tuple[int, list[str], list[str]]]:
+        config = dataclasses.replace(
+            BASE, kv_blocks=16, decode_reservation=reservation, fuse_decode_steps=False
+        )
+        engine = BatchRecorder(
+            config, [chat("a", 1, 16, 100), chat("b", 2, 48, 100)], make_backend("shadow", None)
+        )
+        engine.run()
+        assert_clean(engine)
+        # The ratio's decay counts every decode step but those that preempted (here
+        # the pool of 16 blocks runs out once: 10 + 8 are needed).
+        decoding = sum(1 for _, _, decodes in engine.steps if decodes)
+        assert engine.preempting_steps == 1
+        assert engine._decode_steps == decoding - engine.preempting_steps
+        return engine.steps[:2]
+
+    assert first_chunks("sglang") == [(1, ["a/0"], []), (2, ["b/0"], ["a/0"])]
+    assert first_chunks("none") == [(1, ["a/0", "b/0"], []), (2, [], ["a/0", "b/0"])]
+
+
+@pytest.mark.parametrize(
+    ("room", "chunks"), [(40.0, [(0, 64), (64, 104)]), (-5.0, [(0, 64), (64, 128)])]
+)
+def test_a_continuing_chunk_is_cut_to_the_room_left(
+    room: float, chunks: list[tuple[int, int]]
+) -> None:
+    # PrefillBudget.available_chunk_tokens: a continuing chunk takes min(budget, room)
+    # tokens, or the whole budget when no room is left (it must make progress). a (200
+    # tokens) enters the empty engine with a first chunk of the whole budget, 64; with the
+    # room held at 40 its next chunk is 40 tokens, at -5 the budget's 64.
+    config = dataclasses.replace(BASE, kv_blocks=64, token_budget=64, decode_reservation="sglang")
+    backend = ChunkRecorder()
+    engine = Engine(config, [chat("a", 1, 200, 2)], backend)
+    engine._decode_room = lambda plan: room  # type: ignore[method-assign]
+    engine.run()
+    assert_clean(engine)
+    assert chunks_of(backend, "a/0")[:2] == chunks
+
+
+@given(
+    kv_blocks=st.integers(40, 200).map(int),
+    extra_buffer=st.booleans().map(bool),
+    seed=st.integers(0, 50).map(int),
+)
+@settings(max_examples=8, deadline=None)
+def test_sglang_s_rules_with_the_reservation_finish_every_request(
+    kv_blocks: int, extra_buffer: bool, seed: int
+) -> None:
+    # The presets' switches with the reservation on tiny pools (a scan of 80 such runs:
+    # 59 retractions, 277 without it): every request finishes or is rejected, clean.
+    engine = sglang_rules_on_chat(
+        kv_blocks, 6 if extra_buffer else 4, extra_buffer, seed, decode_reservation="sglang"
+    )
+    with deadline(60):
+        engine.run()
+    assert_clean(engine)
+    metrics = engine.metrics
+    assert metrics.requests_finished + metrics.requests_rejected == 40

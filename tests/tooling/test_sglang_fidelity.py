@@ -590,3 +590,57 @@ def test_the_sglang_retraction_order_is_sglang_s_own() -> None:
             hyckpt_retracts.append(seqs.index(victim))
             running.remove(victim)
         assert hyckpt_retracts == sglang_retracts, (case, shapes)
+
+
+def test_the_new_token_ratio_and_the_reservation_are_sglang_s_own() -> None:
+    # SGLang's NewTokenRatioTracker with its defaults (from_config) against hyckpt's
+    # NewTokenRatio: the same ratio after 0-700 decode steps, after a retraction's
+    # estimate and decay from it, and after a reset; and each running request's
+    # reservation, PrefillAdder._get_running_request_total_token_offset, against
+    # output_left(seq) * ratio (outputs past SGLang's 4,096-token clip included).
+    from types import SimpleNamespace
+
+    sglang_replay.import_sglang()
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (
+        NewTokenRatioTracker,
+    )
+
+    from sim.engine.decode_reservation import NewTokenRatio, output_left
+    from sim.engine.sequence import Seq
+    from sim.workloads.prompt import Prompt
+    from sim.workloads.request import Request
+
+    sglang_replay.publish_server_args(512)
+    theirs, ours = NewTokenRatioTracker.from_config(), NewTokenRatio()
+    for step in range(701):
+        assert ours.at(step) == pytest.approx(theirs.current, abs=1e-12), step
+        theirs.decay_step()
+
+    def seq(output: int, generated: int) -> Seq:
+        request = Request("r/0", 0.0, "r", 0, Prompt([(1, 16)]), output, (0,), "x")
+        made = Seq(request, 0, 16, output)
+        made.generated = generated
+        return made
+
+    shapes = [(100, 30), (5000, 12), (40, 39), (9000, 4500)]
+    reqs = [
+        SimpleNamespace(output_ids=[0] * done, sampling_params=SimpleNamespace(max_new_tokens=out))
+        for out, done in shapes
+    ]
+    theirs.current = NewTokenRatioTracker.estimate_new_token_ratio_after_retract(reqs)  # type: ignore[arg-type]
+    ours.after_retraction([seq(out, done) for out, done in shapes], 1000)
+    for step in range(1000, 1100):
+        assert ours.at(step) == pytest.approx(theirs.current, abs=1e-12), step
+        theirs.decay_step()
+    theirs.reset()
+    ours.reset(2000)
+    assert ours.at(2000) == theirs.current
+    for out, done in [*shapes, (4096, 0), (4097, 0), (10, 10)]:
+        adder = SimpleNamespace(new_token_ratio=0.37)
+        req = SimpleNamespace(
+            output_ids=[0] * done,
+            sampling_params=SimpleNamespace(max_new_tokens=out, ignore_eos=False),
+        )
+        offset = PrefillAdder._get_running_request_total_token_offset(adder, req)  # type: ignore[arg-type]
+        assert output_left(seq(out, done)) * 0.37 == offset, (out, done)
