@@ -88,3 +88,26 @@ class NewTokenRatio:
         asked = sum(seq.output_tokens for seq in seqs)
         self.base = min(1.0, decoded / (asked + 1))
         self.steps_at_base = decode_steps
+
+
+def reservation_room(
+    free_tokens: int, decoding: Iterable[Seq], planned: Iterable[tuple[Seq, bool]], ratio: float
+) -> float:
+    """KV tokens left for an admission (SGLang's ``PrefillBudget.remaining_total``):
+    ``free_tokens`` (free and evictable, after the chunks planned so far took their
+    blocks), less ``ratio`` times each ``decoding`` request's :func:`output_left`, less,
+    for each request with a chunk ``planned`` this step, a page and (when the chunk
+    completes its prefill, the ``bool``) its whole :func:`output_left`."""
+    room: float = free_tokens
+    for seq in decoding:
+        room -= output_left(seq) * ratio
+    for seq, completes in planned:
+        room -= PAGE_TOKENS + (output_left(seq) if completes else 0)
+    return room
+
+
+def admits(seq: Seq, hit: int, room: float) -> bool:
+    """Whether ``seq``, with ``hit`` tokens cached, may be admitted into ``room``
+    (``PrefillAdder.add_one_req``: ``total_tokens < remaining_total``, where total_tokens
+    is its uncached prefill, its output left and a page)."""
+    return seq.prefill_len - hit + output_left(seq) + PAGE_TOKENS < room

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from reference.api import PrefillChunk, Reservation
 from reference.hashing import TOKEN_BYTES
-from sim.engine.decode_reservation import PAGE_TOKENS, output_left
+from sim.engine.decode_reservation import admits, reservation_room
 from sim.engine.engine_core import EngineCore
 from sim.engine.hits import block_digests, reconcile
 from sim.engine.leaf_kv import LeafKVPool
@@ -90,14 +90,12 @@ class Planning(EngineCore):
         KV tokens, less each decoding request's remaining output times the new-token
         ratio, less a page and, for a chunk that completes its prefill, the output of
         each request ``plan`` prefills (its chunk's own blocks are allocated already)."""
-        ratio = self._new_token_ratio.at(self._decode_steps)
-        room: float = self.pool.free_count() * self._block
-        for seq in self.running:
-            if seq.phase is Phase.DECODE:
-                room -= output_left(seq) * ratio
-        for seq, chunk in plan.prefills.items():
-            room -= PAGE_TOKENS + (output_left(seq) if chunk.end == seq.prefill_len else 0)
-        return room
+        return reservation_room(
+            self.pool.free_count() * self._block,
+            (seq for seq in self.running if seq.phase is Phase.DECODE),
+            ((seq, chunk.end == seq.prefill_len) for seq, chunk in plan.prefills.items()),
+            self._new_token_ratio.at(self._decode_steps),
+        )
 
     def _plan_prefills(self, plan: StepPlan, budget: int, preempted: int) -> None:
         """Plan the prefilling requests' chunks, then admit from the waiting queue, within
@@ -266,7 +264,7 @@ class Planning(EngineCore):
         if (
             self._reserve_decodes
             and (self.running or plan.prefills)
-            and n - p + output_left(seq) + PAGE_TOKENS >= self._decode_room(plan)
+            and not admits(seq, p, self._decode_room(plan))
         ):
             return 0
         # Blocks of [0, p) still cached are shared. Without paged attention a hit is not

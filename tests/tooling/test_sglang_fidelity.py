@@ -644,3 +644,95 @@ def test_the_new_token_ratio_and_the_reservation_are_sglang_s_own() -> None:
         )
         offset = PrefillAdder._get_running_request_total_token_offset(adder, req)  # type: ignore[arg-type]
         assert output_left(seq(out, done)) * 0.37 == offset, (out, done)
+
+
+def test_the_admission_reservation_is_sglang_s_prefill_adder() -> None:
+    # SGLang's real PrefillAdder (with its PrefillBudget) over a real UnifiedRadixCache
+    # and allocator of 4,000 KV tokens, a running batch of 0-4 decoding requests and a
+    # new-token ratio, offered 1-3 new requests in turn (a whole prompt per chunk), as
+    # get_new_batch_prefill offers the waiting queue: on 120 random cases, a request is
+    # admitted exactly when hyckpt's admits(seq, 0, reservation_room(...)) says so,
+    # hyckpt counting each admitted request's prompt as allocated (its blocks are taken
+    # as it is planned) and its page and output as reserved. An off-by-one in the page,
+    # strictness or the clip fails here.
+    import random
+    from array import array
+    from types import SimpleNamespace
+
+    sglang_replay.import_sglang()
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from engines.sglang_replay import HybridModel, PoolPlan, SglangCacheReplay
+    from reference.sizes import MODELS
+    from sim.engine.decode_reservation import admits, reservation_room
+    from sim.engine.sequence import Seq
+    from sim.workloads.prompt import Prompt
+    from sim.workloads.request import Request
+
+    tokens = 4000
+    model = HybridModel.from_hyckpt(MODELS["nemotron-h-8b"])
+    plan = PoolPlan(0, 1, 1, 16, tokens, "float32")
+
+    def sglang_req(rid: str, first: int, prompt: int, out: int, done: int = 0) -> Any:
+        sampling = SamplingParams(temperature=0, max_new_tokens=out)
+        sampling.normalize(None)
+        req = Req(
+            rid=rid,
+            origin_input_text="",
+            origin_input_ids=array("q", range(first, first + prompt)),
+            sampling_params=sampling,
+        )
+        req.output_ids.extend([0] * done)
+        return req
+
+    def seq(prompt: int, out: int, done: int = 0) -> Seq:
+        made = Seq(
+            Request("r/0", 0.0, "r", 0, Prompt([(1, prompt)]), out, (0,), "x"), 0, prompt, out
+        )
+        made.generated = done
+        return made
+
+    rng = random.Random(0)
+    # Boundary cases first: ratio 1, one running request with 900 tokens left (room
+    # 3,100); a first request of 100 + 99 + 1 = 200 leaves 2,900; the second needs 2,899
+    # (admitted), 2,900 or 2,901 (refused: total_tokens < remaining_total).
+    cases = [([(1000, 100)], 1.0, [(100, 99), (1000, 1898 + extra)]) for extra in (0, 1, 2)]
+    for _ in range(120):
+        shapes = [(rng.randint(1, 6000), 0) for _ in range(rng.randint(0, 4))]
+        shapes = [(out, rng.randint(0, out)) for out, _ in shapes]
+        ratio = rng.choice((0.098, 0.3, 0.7, 1.0, rng.random()))
+        offers = [(rng.randint(1, 3000), rng.randint(1, 5000)) for _ in range(rng.randint(1, 3))]
+        cases.append((shapes, ratio, offers))
+    admitted_any = refused_any = 0
+    outcomes = []
+    for case, (shapes, ratio, offers) in enumerate(cases):
+        replay = SglangCacheReplay(model, plan, chunk_size=1 << 20, max_context_len=1 << 15, rows=8)
+        running = SimpleNamespace(
+            reqs=[sglang_req(f"run{i}", 1, 8, out, done) for i, (out, done) in enumerate(shapes)]
+        )
+        adder = PrefillAdder(
+            1, replay.tree_cache, replay.allocator, running, ratio, 1 << 20, 1 << 20
+        )
+        decoding = [seq(8, out, done) for out, done in shapes]
+        planned: list[tuple[Seq, bool]] = []
+        free = tokens
+        for index, (prompt, out) in enumerate(offers):
+            req = sglang_req(f"new{index}", 100_000 * (index + 1), prompt, out)
+            req.init_next_round_input(replay.tree_cache)
+            assert req.prefix_len == 0
+            adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
+            theirs = req in adder.can_run_list
+            candidate = seq(prompt, out)
+            ours = admits(candidate, 0, reservation_room(free, decoding, planned, ratio))
+            assert ours == theirs, (case, index, shapes, ratio, prompt, out)
+            outcomes.append(theirs)
+            if not theirs:
+                refused_any += 1
+                break
+            admitted_any += 1
+            planned.append((candidate, True))
+            free -= prompt
+    assert outcomes[:6] == [True, True, True, False, True, False]  # the boundary cases
+    assert admitted_any > 20 and refused_any > 20
