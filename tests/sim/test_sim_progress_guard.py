@@ -217,13 +217,19 @@ def test_vllm_s_rules_on_tiny_budgets_finish_every_request_or_reject_it_on_arriv
     # budgets from two checkpoints' pages: every request either finishes or is rejected
     # on arrival, and the engine ends clean, with no request holding anything.
     engine = vllm_rules_on_chat(extra, slots, asynchronous, seed)
+    run_to_the_end(engine, 40)
+    assert engine._capture_holders == {} and engine._lent_holders == {}
+
+
+def run_to_the_end(engine: Engine, requests: int) -> None:
+    """Run ``engine`` (a minute at most); check that it ends clean, every one of its
+    ``requests`` finished or rejected on arrival, and its KV pool consistent."""
     with deadline(60):
         engine.run()
     assert_clean(engine)
     metrics = engine.metrics
-    assert metrics.requests_finished + metrics.requests_rejected == 40
+    assert metrics.requests_finished + metrics.requests_rejected == requests
     assert engine.pool.check() == []
-    assert engine._capture_holders == {} and engine._lent_holders == {}
 
 
 @pytest.mark.parametrize(("asynchronous", "extra", "seed"), [(False, 20, 9), (True, 30, 3)])

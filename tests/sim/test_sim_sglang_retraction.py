@@ -34,7 +34,7 @@ from sim.scenarios.loader import build_scenario
 from sim.scenarios.schema import ScenarioError
 from tests.sim.test_sim_engine import assert_clean
 from tests.sim.test_sim_preemption import chat
-from tests.sim.test_sim_progress_guard import deadline
+from tests.sim.test_sim_progress_guard import run_to_the_end
 from tests.sim.test_sim_vllm_admission import chunks_of
 from tests.sim.test_sim_vllm_steps import ChunkRecorder
 
@@ -200,13 +200,7 @@ def test_sglang_s_rules_on_tiny_budgets_finish_every_request_or_reject_it_on_arr
     # 1,415): every request finishes or is rejected on arrival, the lockstep checker
     # finds nothing, and nothing is left held.
     slots = (4 if extra_buffer else 2) + extra_slots
-    engine = sglang_rules_on_chat(kv_blocks, slots, extra_buffer, seed)
-    with deadline(60):
-        engine.run()
-    assert_clean(engine)
-    metrics = engine.metrics
-    assert metrics.requests_finished + metrics.requests_rejected == 40
-    assert engine.pool.check() == []
+    run_to_the_end(sglang_rules_on_chat(kv_blocks, slots, extra_buffer, seed), 40)
 
 
 def test_a_resumed_re_prefill_keeps_states_past_the_prompt() -> None:
@@ -418,8 +412,4 @@ def test_sglang_s_rules_with_the_reservation_finish_every_request(
     engine = sglang_rules_on_chat(
         kv_blocks, 6 if extra_buffer else 4, extra_buffer, seed, decode_reservation="sglang"
     )
-    with deadline(60):
-        engine.run()
-    assert_clean(engine)
-    metrics = engine.metrics
-    assert metrics.requests_finished + metrics.requests_rejected == 40
+    run_to_the_end(engine, 40)
