@@ -106,8 +106,10 @@ def reservation_room(
     return room
 
 
-def admits(seq: Seq, hit: int, room: float) -> bool:
+def admits(seq: Seq, hit: int, room: float, own_cached: int = 0) -> bool:
     """Whether ``seq``, with ``hit`` tokens cached, may be admitted into ``room``
     (``PrefillAdder.add_one_req``: ``total_tokens < remaining_total``, where total_tokens
-    is its uncached prefill, its output left and a page)."""
-    return seq.prefill_len - hit + output_left(seq) + PAGE_TOKENS < room
+    is its uncached prefill, its output left and a page). ``own_cached``: tokens of its
+    hit that ``room`` counts as evictable, which are not room for it (SGLang locks the
+    matched prefix while it checks, ``PrefillAdder._lock_node``)."""
+    return seq.prefill_len - hit + output_left(seq) + PAGE_TOKENS < room - own_cached

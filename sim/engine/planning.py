@@ -257,20 +257,19 @@ class Planning(EngineCore):
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
         )
         p = hit.tokens if hit is not None else 0
-        # SEMANTICS H9j (PrefillAdder.add_one_req): its uncached prompt, its output and a
-        # page must fit in what the running requests' reservations leave. Into an empty
-        # engine a request that fits the pool alone goes (SGLang clips its output to the
-        # pool instead, max_new_tokens_for_memory).
-        if (
-            self._reserve_decodes
-            and (self.running or plan.prefills)
-            and not admits(seq, p, self._decode_room(plan))
-        ):
-            return 0
         # Blocks of [0, p) still cached are shared. Without paged attention a hit is not
         # limited by the KV pool (its blocks hold nothing the model reads), so some of
         # them may have been reused since: those come fresh, like the chunk's.
         shared = min(p // block, present)
+        # SEMANTICS H9j (PrefillAdder.add_one_req): its uncached prompt, its output and a
+        # page must fit in what the running requests' reservations leave, its own hit
+        # not counted as evictable (SGLang locks the matched node while it checks). Into
+        # an empty engine a request that fits the pool alone goes (SGLang clips its
+        # output to the pool instead, max_new_tokens_for_memory).
+        if self._reserve_decodes and (self.running or plan.prefills):
+            own_cached = self.pool.free_among(seq.digests[:shared]) * block
+            if not admits(seq, p, self._decode_room(plan), own_cached):
+                return 0
         branch = self._hints(request, "branch_points")
         cached_end = present * block
         if p < cached_end < n and cached_end not in branch:

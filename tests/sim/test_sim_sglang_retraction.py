@@ -32,6 +32,8 @@ from sim.engine.sources import build_workload
 from sim.engine.step_plan import StepPlan
 from sim.scenarios.loader import build_scenario
 from sim.scenarios.schema import ScenarioError
+from sim.workloads.prompt import Prompt
+from sim.workloads.request import Request
 from tests.sim.test_sim_engine import assert_clean
 from tests.sim.test_sim_preemption import chat
 from tests.sim.test_sim_progress_guard import run_to_the_end
@@ -413,3 +415,37 @@ def test_sglang_s_rules_with_the_reservation_finish_every_request(
         kv_blocks, 6 if extra_buffer else 4, extra_buffer, seed, decode_reservation="sglang"
     )
     run_to_the_end(engine, 40)
+
+
+def test_a_requests_own_cached_hit_is_not_room_for_it() -> None:
+    # SGLang locks the matched prefix while it checks a request, so the blocks of its
+    # own hit are not evictable room. B = 16, 16 blocks. x (64 tokens, 1 output) runs
+    # alone and leaves its prompt's 4 blocks cached (its state at 48, block-floor). At
+    # t = 1 a (16 tokens, 100 output) enters the empty engine (step 2) and b, x's prompt
+    # and 48 more tokens (112, 40 output), hits 48: it needs 112 - 48 + 40 + 1 = 105.
+    # The room is 15 free blocks, 240, less a's page and output, 139, less b's own 3
+    # cached blocks, 48: 91. Step 3: a decoded into a second block, 224 - 99 (0.7 -
+    # 0.602/600) - 48 = 106.8: b goes in. Counting its hit as room, it would go in at
+    # step 2 (105 < 139), as it does without the reservation.
+    def request(name: str, segments: list[tuple[int, int]], output: int, at: float) -> Request:
+        prompt = Prompt(segments)
+        answer = prompt.extend([(900 + ord(name), output)])
+        return Request(f"{name}/0", at, name, 0, prompt, output, (0,), "x", answer=answer)
+
+    def steps(reservation: str) -> list[tuple[int, list[str], list[str]]]:
+        config = dataclasses.replace(
+            BASE, kv_blocks=16, decode_reservation=reservation, fuse_decode_steps=False
+        )
+        requests = [
+            request("x", [(1, 64)], 1, 0.0),
+            request("a", [(2, 16)], 100, 1.0),
+            request("b", [(1, 64), (3, 48)], 40, 1.0),
+        ]
+        engine = BatchRecorder(config, requests, make_backend("shadow", None))
+        engine.run()
+        assert_clean(engine)
+        assert engine.metrics.hit_tokens == 48
+        return engine.steps[1:3]
+
+    assert steps("sglang") == [(2, ["a/0"], []), (3, ["b/0"], ["a/0"])]
+    assert steps("none") == [(2, ["a/0", "b/0"], []), (3, [], ["a/0", "b/0"])]

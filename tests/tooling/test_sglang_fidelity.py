@@ -736,3 +736,27 @@ def test_the_admission_reservation_is_sglang_s_prefill_adder() -> None:
             free -= prompt
     assert outcomes[:6] == [True, True, True, False, True, False]  # the boundary cases
     assert admitted_any > 20 and refused_any > 20
+
+    # A request's own cached hit is not room for it: x (64 tokens, 1 output) served
+    # alone leaves its 64 tokens of KV and its state in the tree, evictable; b, x's
+    # prompt and 48 more tokens, hits 64 and needs 48 + output + 1 tokens. The room is
+    # the pool's 4,000 tokens less the 64 b's hit holds (SGLang locks them while it
+    # checks): an output of 3,886 (need 3,935) is admitted, 3,887 (3,936) is not;
+    # counting the hit as room would admit up to 3,950.
+    from engines.replay_common import ReplayRequest
+
+    for output, expected in ((3886, True), (3887, False)):
+        replay = SglangCacheReplay(model, plan, chunk_size=1 << 20, max_context_len=1 << 15, rows=8)
+        replay.serve(ReplayRequest("x", list(range(1, 65)), [7]))
+        adder = PrefillAdder(
+            1, replay.tree_cache, replay.allocator, SimpleNamespace(reqs=[]), 0.7, 1 << 20, 1 << 20
+        )
+        req = sglang_req("b", 1, 112, output)
+        req.origin_input_ids[64:] = array("q", range(500, 548))
+        req.init_next_round_input(replay.tree_cache)
+        assert req.prefix_len == 64
+        adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
+        theirs = req in adder.can_run_list
+        candidate = seq(112, output)
+        room = reservation_room(tokens, [], [], 0.7)  # x's blocks are free, cached
+        assert admits(candidate, 64, room, own_cached=64) == theirs == expected, output
