@@ -223,6 +223,10 @@ def _sglang_extra_buffer(model: ModelSizes, choose_dtype: bool = True) -> dict[s
         "cache.checkpoint_share_rule": "sglang-extra-buffer",
         # Its own slot and two ping-pong track slots (_alloc_ping_pong_buffer).
         "cache.running_states": 3,
+        # The overlap scheduler, on with extra_buffer (no_buffer turns it off,
+        # _mamba_radix_cache_resolution): event_loop_overlap plans the next batch before
+        # it processes the last one's result, as vLLM's async scheduling does.
+        "engine.async_scheduling": True,
     }
 
 

@@ -477,6 +477,9 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     ).sim_config
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
     assert config.async_scheduling and not sglang.async_scheduling
+    # SGLang's overlap scheduler: on with extra_buffer, off with no_buffer.
+    extra = scenario(f'[cache]\nengine = "sglang-extra-buffer"\n{budget}').sim_config
+    assert extra.async_scheduling
     assert (config.preemption_policy, sglang.preemption_policy) == ("youngest", "sglang")
     assert config.mixed_batches and not sglang.mixed_batches
 
