@@ -26,6 +26,7 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import (
     BACKEND_NAMES,
+    DECODE_RESERVATIONS,
     MAX_BUDGET_BYTES,
     MAX_SEED,
     MEMORY_MODES,
@@ -251,6 +252,22 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "wait (SGLang's retract_decode) (default: %(default)s)",
     )
     parser.add_argument(
+        "--separate-batches",
+        action="store_true",
+        help="timed engine: a step runs prefill chunks and admissions when it can plan any "
+        "and decodes only otherwise, as SGLang's scheduler does (default: decodes and "
+        "chunks in one step, as vLLM's)",
+    )
+    parser.add_argument(
+        "--decode-reservation",
+        default=defaults.decode_reservation,
+        choices=DECODE_RESERVATIONS,
+        help="timed engine: what admission keeps free for the running requests' future "
+        "output. none: nothing; sglang: their remaining output times SGLang's new-token "
+        "ratio, the new request's prompt and output fitting beside it (default: "
+        "%(default)s)",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=model_length_option,
         default=None,
@@ -305,6 +322,16 @@ def check_args(args: argparse.Namespace) -> None:
         raise InvalidConfigError(
             "--preemption-policy chooses whom the timed engine preempts; a replay "
             "(--mode replay) never preempts: leave it out"
+        )
+    if args.mode == "replay" and args.separate_batches:
+        raise InvalidConfigError(
+            "--separate-batches shapes the timed engine's steps; a replay (--mode replay) "
+            "serves one request at a time: leave it out"
+        )
+    if args.mode == "replay" and args.decode_reservation != SimConfig().decode_reservation:
+        raise InvalidConfigError(
+            "--decode-reservation shapes the timed engine's admission; a replay "
+            "(--mode replay) serves one request at a time: leave it out"
         )
     if args.memory == "unified":
         given = [
@@ -451,6 +478,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             running_states=args.running_states,
             preemption=args.preemption,
             preemption_policy=args.preemption_policy,
+            mixed_batches=not args.separate_batches,
+            decode_reservation=args.decode_reservation,
             mode=args.mode,
             faults=Faults(),
         )

@@ -15,6 +15,7 @@ hand from SGLang 0.5.23's ``ScheduleBatch.retract_decode`` and
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 
 import pytest
@@ -241,11 +242,23 @@ def test_the_policy_is_validated_and_timed_only() -> None:
             )
 
 
-def test_the_command_line_takes_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["simulate", "--requests", "4", "--quiet", "--preemption-policy", "sglang"]
-    assert cli_main(args) == 0
+@pytest.mark.parametrize(
+    ("option", "field", "value"),
+    [
+        (["--preemption-policy", "sglang"], "preemption_policy", "sglang"),
+        (["--separate-batches"], "mixed_batches", False),
+        (["--decode-reservation", "sglang"], "decode_reservation", "sglang"),
+    ],
+)
+def test_the_command_line_takes_sglang_s_scheduling(
+    option: list[str], field: str, value: object, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    out = tmp_path / "r.json"
+    args = ["simulate", "--requests", "4", "--quiet", *option]
+    assert cli_main([*args, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"][field] == value
     assert cli_main([*args, "--mode", "replay"]) == 2
-    assert "--preemption-policy" in capsys.readouterr().err
+    assert option[0] in capsys.readouterr().err
 
 
 class BatchRecorder(Engine):
