@@ -313,26 +313,38 @@ def check_args(args: argparse.Namespace) -> None:
         raise InvalidConfigError(
             f"--seed must be an integer >= 0 and <= {MAX_SEED}, got {args.seed}"
         )
-    if args.mode == "replay" and args.preemption != SimConfig().preemption:
-        raise InvalidConfigError(
-            "--preemption sets what the timed engine's preempted requests keep; a replay "
-            "(--mode replay) never preempts: leave it out"
+    if args.mode == "replay":
+        defaults = SimConfig()
+        # The timed engine's options, each set away from its default, with what a replay
+        # (one request at a time, no preemption) makes of it.
+        timed_only = (
+            (
+                "--preemption",
+                args.preemption != defaults.preemption,
+                "sets what the timed engine's preempted requests keep; a replay "
+                "(--mode replay) never preempts",
+            ),
+            (
+                "--preemption-policy",
+                args.preemption_policy != defaults.preemption_policy,
+                "chooses whom the timed engine preempts; a replay (--mode replay) never preempts",
+            ),
+            (
+                "--separate-batches",
+                args.separate_batches,
+                "shapes the timed engine's steps; a replay (--mode replay) serves one request "
+                "at a time",
+            ),
+            (
+                "--decode-reservation",
+                args.decode_reservation != defaults.decode_reservation,
+                "shapes the timed engine's admission; a replay (--mode replay) serves one "
+                "request at a time",
+            ),
         )
-    if args.mode == "replay" and args.preemption_policy != SimConfig().preemption_policy:
-        raise InvalidConfigError(
-            "--preemption-policy chooses whom the timed engine preempts; a replay "
-            "(--mode replay) never preempts: leave it out"
-        )
-    if args.mode == "replay" and args.separate_batches:
-        raise InvalidConfigError(
-            "--separate-batches shapes the timed engine's steps; a replay (--mode replay) "
-            "serves one request at a time: leave it out"
-        )
-    if args.mode == "replay" and args.decode_reservation != SimConfig().decode_reservation:
-        raise InvalidConfigError(
-            "--decode-reservation shapes the timed engine's admission; a replay "
-            "(--mode replay) serves one request at a time: leave it out"
-        )
+        for option, given, why in timed_only:
+            if given:
+                raise InvalidConfigError(f"{option} {why}: leave it out")
     if args.memory == "unified":
         given = [
             option
