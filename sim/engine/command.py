@@ -26,6 +26,7 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import (
     BACKEND_NAMES,
+    CLIENT_MAX_TOKENS,
     DECODE_RESERVATIONS,
     MAX_BUDGET_BYTES,
     MAX_SEED,
@@ -268,6 +269,16 @@ def add_arguments(parser: argparse.ArgumentParser, *, mode: str = "engine") -> N
         "%(default)s)",
     )
     parser.add_argument(
+        "--max-tokens",
+        type=max_tokens_option,
+        default=defaults.client_max_tokens,
+        metavar="answer|unset|TOKENS",
+        help="the max_tokens clients send. answer: each request its answer's length, as "
+        "benchmark clients; unset: none, the engine caps it at the context; TOKENS: that "
+        "many, longer answers cut there. SGLang's admission (--decode-reservation sglang) "
+        "reserves by it (default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=model_length_option,
         default=None,
@@ -393,6 +404,7 @@ OPTION_OF_FIELD = {
     "cache_generated": "--cache-generated",
     "running_states": "--running-states",
     "max_model_len": "--max-model-len",
+    "client_max_tokens": "--max-tokens",
     "memory": "--memory",
     "cache_budget_bytes": "--cache-gib",
     "tensor_parallel": "--tensor-parallel",
@@ -426,6 +438,19 @@ def model_length_option(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected 'model' or a number of tokens, got {text!r}"
+        ) from None
+
+
+def max_tokens_option(text: str) -> int | str:
+    """``--max-tokens``: ``answer``, ``unset`` or a number of tokens."""
+    if text in CLIENT_MAX_TOKENS:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {' or '.join(repr(name) for name in CLIENT_MAX_TOKENS)} or a number of "
+            f"tokens, got {text!r}"
         ) from None
 
 
@@ -492,6 +517,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             preemption_policy=args.preemption_policy,
             mixed_batches=not args.separate_batches,
             decode_reservation=args.decode_reservation,
+            client_max_tokens=args.max_tokens,
             mode=args.mode,
             faults=Faults(),
         )
@@ -569,7 +595,7 @@ def summary_lines(result: SimResult) -> list[str]:
         else f"replayed in arrival order in {t['steps']} prefill steps"
     )
     capped = requests.get("length_capped")
-    cut = f", {capped} cut at max_model_len" if capped else ""
+    cut = f", {capped} cut at max_model_len or max_tokens" if capped else ""
     lines = [
         f"workload {result.workload.get('name', '?')}: {requests['finished']} requests finished, "
         f"{requests['rejected']} rejected{cut}, {simulated}",

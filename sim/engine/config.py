@@ -45,6 +45,9 @@ PREEMPTION_POLICIES = ("youngest", "sglang")
 DECODE_RESERVATIONS = ("none", "sglang")
 #: Whose rule ``SimConfig.max_model_len`` follows (:mod:`sim.engine.length_limits`).
 LENGTH_LIMIT_RULES = ("vllm", "sglang")
+#: What clients ask for as ``max_tokens`` besides a number (``SimConfig.client_max_tokens``):
+#: each request exactly its answer's length, or nothing (the engine's own cap).
+CLIENT_MAX_TOKENS = ("answer", "unset")
 #: The longest ``max_model_len`` a configuration may set (tokens).
 MAX_MODEL_LEN = 2**30
 #: Fault switches that only a timed engine has (copy timing, preemption).
@@ -393,6 +396,15 @@ class SimConfig:
             rejected on arrival and a request's output stops at the limit, by
             ``length_limits``'s rule (:mod:`sim.engine.length_limits`). ``None``: no
             limit.
+        client_max_tokens: the ``max_tokens`` clients send (SEMANTICS H9k). ``"answer"``:
+            each request asks for exactly its answer's length, as benchmark clients do
+            (``sglang.bench_serving`` sends ``max_new_tokens`` = the output length).
+            ``"unset"``: no ``max_tokens``, as an OpenAI-API client that leaves it out;
+            the engine caps it at what the context and memory leave. An int: every
+            request asks for that many; a longer answer is cut there (counted in
+            ``requests.length_capped``). Only SGLang's admission reservation
+            (``decode_reservation = "sglang"``) reserves by it; vLLM's scheduler
+            reserves nothing for output.
         length_limits: whose rule ``max_model_len`` follows: ``vllm`` (a prompt of at
             least ``max_model_len`` tokens is refused; output stops at ``max_model_len``
             tokens in all) or ``sglang`` (a prompt of at least ``max_model_len - 6`` is
@@ -504,6 +516,7 @@ class SimConfig:
     admit_after_preemption: bool = True
     max_model_len: int | None = None
     length_limits: str = "vllm"
+    client_max_tokens: int | str = "answer"
     admit_full_prompt: bool = False
     workload_hints: bool = True
     checkpoint_share: float | None = None
@@ -679,6 +692,13 @@ class SimConfig:
                 f"SimConfig.length_limits must be one of {', '.join(LENGTH_LIMIT_RULES)}, "
                 f"got {self.length_limits!r}"
             )
+        if self.client_max_tokens not in CLIENT_MAX_TOKENS:
+            if isinstance(self.client_max_tokens, str):
+                raise InvalidConfigError(
+                    "SimConfig.client_max_tokens must be an int >= 1 or one of "
+                    f"{', '.join(CLIENT_MAX_TOKENS)}, got {self.client_max_tokens!r}"
+                )
+            _check_int(owner, "client_max_tokens", self.client_max_tokens, 1, MAX_MODEL_LEN)
         if self.preemption not in PREEMPTION_MODES:
             raise InvalidConfigError(
                 f"SimConfig.preemption must be one of {', '.join(PREEMPTION_MODES)}, "

@@ -11,8 +11,9 @@ falls by ``(0.7 - 0.098) / 600`` each decode step that retracts no one, down to 
 after a retraction it is the running requests' decoded share, and it starts over when
 the engine is idle.
 
-hyckpt knows each request's output length only, which stands for its ``max_new_tokens``
-(a client that asks for more than it gets is reserved more for in SGLang).
+A request's ``max_new_tokens`` is :attr:`~sim.engine.sequence.Seq.max_new_tokens`: what
+its client asked for (``SimConfig.client_max_tokens``: by default exactly its answer's
+length, as benchmark clients ask), capped as SGLang caps it (SEMANTICS H9k).
 """
 
 from __future__ import annotations
@@ -32,17 +33,38 @@ DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 #: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the most output tokens reserved a request.
 CLIP_MAX_NEW_TOKENS = 4096
+#: ``Scheduler.init_req_max_new_tokens``'s ``max_new_tokens`` for a request that names
+#: none (``1 << 30``), before the context and memory caps.
+UNSET_MAX_NEW_TOKENS = 1 << 30
 #: Tokens of page-alignment slack reserved per admitted request (SGLang's page size on
 #: Hopper, ``per_req_token_overhead = page_size``).
 PAGE_TOKENS = 1
 
 
+def sglang_max_new_tokens(
+    asked: int | None, prompt_tokens: int, output_room: int | None, kv_tokens: int | None
+) -> int:
+    """A request's ``max_new_tokens`` as SGLang sets it on arrival
+    (``Scheduler.init_req_max_new_tokens``, ``SGLANG_MAX_NEW_TOKENS_LIMIT`` unset, one
+    shard, page size 1): what the client ``asked`` for (``None``: nothing, taken as
+    ``1 << 30``), at most the ``output_room`` the context leaves (``max_req_len - prompt
+    - 1``; ``None``: no limit) and at most what an empty KV pool of ``kv_tokens`` leaves
+    (``TokenToKVPoolAllocator.max_new_tokens_for_memory``: ``kv_tokens - prompt - page -
+    1``; ``None``: not counted), and not below 0."""
+    most = UNSET_MAX_NEW_TOKENS if asked is None else asked
+    if output_room is not None:
+        most = min(most, output_room)
+    if kv_tokens is not None:
+        most = min(most, kv_tokens - prompt_tokens - PAGE_TOKENS - 1)
+    return max(0, most)
+
+
 def output_left(seq: Seq) -> int:
-    """Output tokens ``seq`` may still produce, clipped as SGLang clips its estimate:
-    ``min(max_new_tokens - len(output_ids), CLIP_MAX_NEW_TOKENS)`` (a retracted request
-    waiting to resume keeps its output: ``resumed`` of them)."""
+    """Output tokens ``seq`` may still produce as SGLang counts them, clipped as SGLang
+    clips its estimate: ``min(max_new_tokens - len(output_ids), CLIP_MAX_NEW_TOKENS)`` (a
+    retracted request waiting to resume keeps its output: ``resumed`` of them)."""
     produced = max(seq.generated, seq.resumed)
-    return min(max(seq.output_tokens - produced, 0), CLIP_MAX_NEW_TOKENS)
+    return min(max(seq.max_new_tokens - produced, 0), CLIP_MAX_NEW_TOKENS)
 
 
 @dataclass
@@ -85,7 +107,7 @@ class NewTokenRatio:
         (``NewTokenRatioTracker.estimate_new_token_ratio_after_retract``)."""
         seqs = list(decoding)
         decoded = sum(seq.generated for seq in seqs) + RETRACT_DECODE_STEPS * len(seqs)
-        asked = sum(seq.output_tokens for seq in seqs)
+        asked = sum(seq.max_new_tokens for seq in seqs)
         self.base = min(1.0, decoded / (asked + 1))
         self.steps_at_base = decode_steps
 

@@ -29,7 +29,7 @@ from sim.engine.alpha_tuning import AlphaTuner
 from sim.engine.backends.base import Backend, EngineLayout
 from sim.engine.backends.faulty import DecliningBackend, FailingCaptures
 from sim.engine.config import SimConfig
-from sim.engine.decode_reservation import NewTokenRatio
+from sim.engine.decode_reservation import NewTokenRatio, sglang_max_new_tokens
 from sim.engine.hits import block_digests
 from sim.engine.kv_pool import KVPool
 from sim.engine.leaf_kv import LeafKVPool
@@ -345,11 +345,15 @@ class EngineCore:
         refused = capped = False
         if self._model_context and seq.prompt_len + seq.output_tokens > self._model_context:
             metrics.requests_over_context += 1
+        asked = self.config.client_max_tokens
+        if isinstance(asked, int) and seq.output_tokens > asked:  # it stops at max_tokens
+            seq.output_tokens, capped = asked, True
         if limits is not None:
             refused = limits.refuses(seq.prompt_len)
             room = limits.output_room(seq.prompt_len)
             if not refused and seq.output_tokens > room:  # it stops at max_model_len
                 seq.output_tokens, capped = room, True
+        seq.max_new_tokens = self._max_new_tokens(seq, asked, limits)
         # Its KV peaks at prompt + output - 1 tokens: the last output token is sampled,
         # never fed (speculative tokens are capped at the output left).
         tokens = seq.prompt_len + seq.output_tokens - 1
@@ -365,6 +369,21 @@ class EngineCore:
         if queued > metrics.peak_waiting:
             metrics.peak_waiting = queued
         self._wake()
+
+    def _max_new_tokens(self, seq: Seq, asked: int | str, limits: LengthLimits | None) -> int:
+        """What the engine takes as ``seq``'s ``max_new_tokens`` (SEMANTICS H9k): its
+        answer's length when the client asks for exactly that, else the client's
+        ``max_tokens`` capped as SGLang caps it (the KV pool counted only with SGLang's
+        reservation, the one reader of the value), never below its output."""
+        if asked == "answer":
+            return seq.output_tokens
+        most = sglang_max_new_tokens(
+            asked if isinstance(asked, int) else None,
+            seq.prompt_len,
+            None if limits is None else limits.output_room(seq.prompt_len),
+            self.pool.num_blocks * self._block if self._reserve_decodes else None,
+        )
+        return max(most, seq.output_tokens)
 
     def _count_done(self) -> None:
         self._progress_pending += 1

@@ -54,7 +54,8 @@ def run_simulation(
     totals = metrics.totals(engine.evictions(), final, engine.env.now)
     requests_total = totals["requests"]
     assert isinstance(requests_total, dict)
-    if config.max_model_len is not None:  # requests whose output max_model_len cut
+    if config.max_model_len is not None or isinstance(config.client_max_tokens, int):
+        # requests whose output max_model_len or the client's max_tokens cut
         requests_total["length_capped"] = metrics.requests_length_capped
     elif metrics.requests_over_context:  # longer than the model's context, unlimited here
         requests_total["over_model_context"] = metrics.requests_over_context

@@ -79,6 +79,10 @@ class Seq:
             its release time with closed-loop sessions.
         prompt_len: prompt tokens ``n``.
         output_tokens: tokens to generate (at least 1: the prefill produces the first).
+        max_new_tokens: the most output tokens the engine knows it may generate: what
+            the client asked for (``SimConfig.client_max_tokens``), capped by the context
+            and, for SGLang, the KV pool (SEMANTICS H9k); at least ``output_tokens``
+            (left out when constructed: ``output_tokens``).
         phase: :class:`Phase`.
         computed: tokens whose state and KV are computed (prompt, then fed-back output).
         generated: output tokens produced so far.
@@ -121,6 +125,7 @@ class Seq:
     index: int
     prompt_len: int
     output_tokens: int
+    max_new_tokens: int = -1
     arrival_s: float = 0.0
     phase: Phase = Phase.WAITING
     computed: int = 0
@@ -145,6 +150,10 @@ class Seq:
     held_pages: list[tuple[int, int]] = field(default_factory=list)
     resumed: int = 0
     furthest: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:
+            self.max_new_tokens = self.output_tokens
 
     @property
     def request_id(self) -> str:

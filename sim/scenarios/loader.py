@@ -586,6 +586,7 @@ def _assemble(
             admit_after_preemption=engine["admit_after_preemption"],
             max_model_len=model_length(engine["max_model_len"], model_sizes, where),
             length_limits=engine["length_limits"],
+            client_max_tokens=tables["workload"]["max_tokens"],
             closed_loop=closed_loop(
                 tables["workload"]["sessions"], trace=tables["workload"]["trace"] is not None
             ),

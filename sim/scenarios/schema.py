@@ -26,6 +26,7 @@ from reference.placement import POLICIES as PLACEMENT_POLICIES
 from reference.sizes import MODELS
 from sim.engine.config import (
     BACKEND_NAMES,
+    CLIENT_MAX_TOKENS,
     DECODE_RESERVATIONS,
     LENGTH_LIMIT_RULES,
     MAX_BLOCK_SIZE,
@@ -121,6 +122,14 @@ def model_length(value: object) -> str | None:
         return None
     ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_MODEL_LEN
     return None if ok else f'"model" or an integer >= 2 and <= {MAX_MODEL_LEN} (tokens)'
+
+
+def client_max_tokens(value: object) -> str | None:
+    """``workload.max_tokens``: ``"answer"``, ``"unset"`` or a number of tokens."""
+    if value in CLIENT_MAX_TOKENS:
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_MODEL_LEN
+    return None if ok else f'"answer", "unset" or an integer >= 1 and <= {MAX_MODEL_LEN} (tokens)'
 
 
 def _as_float(value: object) -> float:
@@ -601,6 +610,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "the workload's time (default: closed for a generator, open for a trace)",
         ),
         "requests": Key(integer(1, MAX_REQUESTS), MISSING, "requests to simulate"),
+        "max_tokens": Key(
+            client_max_tokens,
+            "answer",
+            "the max_tokens clients send: answer (each request its answer's length, as "
+            "benchmark clients), unset (none: the engine's cap) or tokens (longer answers "
+            "are cut there); SGLang's admission reserves by it (docs/SEMANTICS.md H9k)",
+        ),
         "mix": Key(
             mix_tables,
             None,

@@ -296,7 +296,7 @@ def test_file_level_errors_name_the_file(tmp_path: Path) -> None:
             "[workload.x]\n",
             "workload.x",
             "a key of [workload] (generator, trace, trace_format, trace_block_size, sessions, "
-            "requests, mix, params)",
+            "requests, max_tokens, mix, params)",
         ),
     ],
 )

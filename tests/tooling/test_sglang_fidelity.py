@@ -760,3 +760,68 @@ def test_the_admission_reservation_is_sglang_s_prefill_adder() -> None:
         candidate = seq(112, output)
         room = reservation_room(tokens, [], [], 0.7)  # x's blocks are free, cached
         assert admits(candidate, 64, room, own_cached=64) == theirs == expected, output
+
+
+def test_max_new_tokens_is_sglang_s_init_req_max_new_tokens() -> None:
+    # SGLang's real Scheduler.init_req_max_new_tokens (on a stand-in scheduler holding
+    # the fields it reads: no SGLANG_MAX_NEW_TOKENS_LIMIT, one shard, page size 1, a
+    # real TokenToKVPoolAllocator) sets a request's max_new_tokens from what the client
+    # asked (or nothing), the context and the pool; on 300 random cases and the
+    # boundaries it equals hyckpt's sglang_max_new_tokens, the value SGLang's admission
+    # and its ratio after a retraction read (SEMANTICS H9k).
+    import random
+    from types import SimpleNamespace
+
+    sglang_replay.import_sglang()
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from engines.sglang_replay import HybridModel, PoolPlan, SglangCacheReplay
+    from reference.sizes import MODELS
+    from sim.engine.decode_reservation import sglang_max_new_tokens
+
+    model = HybridModel.from_hyckpt(MODELS["nemotron-h-8b"])
+    rng = random.Random(0)
+    cases = [(None, 100, 8192, 4000), (None, 100, 8192, 100_000), (3897, 100, 8192, 4000)]
+    cases += [(3898, 100, 8192, 4000), (5000, 8000, 8192, 100_000), (None, 3998, 8192, 4000)]
+    for _ in range(300):
+        context = rng.randint(64, 40_000)
+        tokens = rng.randint(64, 60_000)
+        prompt = rng.randint(1, min(context, tokens) - 3)
+        asked = rng.choice((None, rng.randint(1, 8192), rng.randint(1, 1 << 20)))
+        cases.append((asked, prompt, context, tokens))
+    capped_by = {"context": 0, "pool": 0, "asked": 0}
+    for asked, prompt, context, tokens in cases:
+        replay = SglangCacheReplay(
+            model,
+            PoolPlan(0, 1, 1, 16, tokens, "float32"),
+            chunk_size=8192,
+            max_context_len=context,
+            rows=2,
+        )
+        stand_in = SimpleNamespace(
+            max_new_tokens_limit=None,
+            max_req_len=context - 1,
+            max_total_num_tokens=tokens,
+            kv_shard_widening=1,
+            page_size=1,
+            token_to_kv_pool_allocator=replay.allocator,
+            sliding_window_size=None,
+            chunked_prefill_size=8192,
+        )
+        sampling = SamplingParams(temperature=0, max_new_tokens=asked)
+        sampling.normalize(None)
+        req = Req(
+            rid="r",
+            origin_input_text="",
+            origin_input_ids=array("q", range(1, prompt + 1)),
+            sampling_params=sampling,
+        )
+        Scheduler.init_req_max_new_tokens(stand_in, req)  # type: ignore[arg-type]
+        room = context - 2 - prompt  # hyckpt's sglang length rule: output_room
+        ours = sglang_max_new_tokens(asked, prompt, room, tokens)
+        assert req.sampling_params.max_new_tokens == ours, (asked, prompt, context, tokens)
+        bound = min((room, "context"), (tokens - prompt - 2, "pool"), (asked or 1 << 30, "asked"))
+        capped_by[bound[1]] += 1
+    assert min(capped_by.values()) > 20, capped_by
