@@ -22,9 +22,10 @@ import argparse
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+from unittest import mock
 
 from engines.replay_common import ReplayRequest
 from sim.engine.backends.shadow import ShadowBackend
@@ -149,6 +150,241 @@ def run_hyckpt(scenario: Any, requests: Sequence[Any]) -> tuple[HitRecorder, Any
     started = time.perf_counter()
     result = run_simulation(config, iter(requests), backend=recorder)
     return recorder, result, time.perf_counter() - started
+
+
+def run_hyckpt_recorded(scenario: Any, items: Sequence[Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """hyckpt's timed run of ``items``, recording each step's schedule and each request's
+    arrival step and order: ``(recorder, result, record)``."""
+    from sim.engine.engine_core import EngineCore
+    from sim.engine.planning import Planning
+
+    arrival: dict[str, tuple[int, int]] = {}
+    steps: dict[int, dict[str, int]] = {}
+    preempted: list[int] = []
+    arrive, schedule = EngineCore._arrive, Planning._schedule
+
+    def recording_arrive(self: Any, index: int, request: Any, arrival_s: float) -> None:
+        # The request is in the queue the next step plans from.
+        arrival.setdefault(request.request_id, (self.step + 1, len(arrival)))
+        arrive(self, index, request, arrival_s)
+
+    def recording_schedule(self: Any) -> Any:
+        before = self.metrics.preemptions
+        plan = schedule(self)
+        if self.metrics.preemptions > before:
+            preempted.append(plan.step)
+        tokens = {seq.request_id: n for seq, n in plan.decodes.items()}
+        tokens.update({seq.request_id: c.end - c.start for seq, c in plan.prefills.items()})
+        steps[plan.step] = tokens
+        return plan
+
+    config = dataclasses.replace(scenario.sim_config, fuse_decode_steps=False)
+    unfused = dataclasses.replace(scenario, sim_config=config)
+    with (
+        mock.patch.object(EngineCore, "_arrive", recording_arrive),
+        mock.patch.object(Planning, "_schedule", recording_schedule),
+    ):
+        recorder, result, _ = run_hyckpt(unfused, items)
+    return recorder, result, {"arrival": arrival, "steps": steps, "preempted": preempted}
+
+
+@dataclasses.dataclass
+class TimedComparison:
+    """One run's comparison.
+
+    Attributes:
+        budget_bytes, rate: the run.
+        request_ids, prompt_tokens: per request, in workload order.
+        engine: the engine's name, for reports.
+        hyckpt_hits, engine_hits: first hit per request.
+        hyckpt_steps, engine_steps: step -> request id -> tokens scheduled.
+        hyckpt_preemptions, engine_preemptions: totals (SGLang's retractions).
+        first_preemption: the first step in which either preempted a request (``None``:
+            neither did).
+    """
+
+    engine: str
+    budget_bytes: int
+    rate: float
+    request_ids: list[str]
+    prompt_tokens: list[int]
+    hyckpt_hits: list[int]
+    engine_hits: list[int]
+    hyckpt_steps: dict[int, dict[str, int]]
+    engine_steps: dict[int, dict[str, int]]
+    hyckpt_preemptions: int
+    engine_preemptions: int
+    first_preemption: int | None
+
+    def differing(self) -> list[int]:
+        """Indices of the requests whose first hits differ."""
+        return differing(self.hyckpt_hits, self.engine_hits)
+
+    def first_differing_step(self) -> int | None:
+        """The first step whose schedule differs (``None``: none); a step that schedules
+        nothing equals no step (an async scheduler's last call waits for an output)."""
+        for step in sorted(set(self.hyckpt_steps) | set(self.engine_steps)):
+            if (self.hyckpt_steps.get(step) or {}) != (self.engine_steps.get(step) or {}):
+                return step
+        return None
+
+
+def report_timed(comparison: TimedComparison, show: int, out: TextIO) -> None:
+    """Print one run's comparison."""
+    c = comparison
+    diff = c.differing()
+    prompt = sum(c.prompt_tokens)
+    step = c.first_differing_step()
+    print(f"budget {c.budget_bytes / GIB:g} GiB, {c.rate:g} requests/s", file=out)
+    print(
+        f"  first-hit token rate: hyckpt {sum(c.hyckpt_hits) / prompt:.4f}, {c.engine} "
+        f"{sum(c.engine_hits) / prompt:.4f}; requests {len(c.request_ids)}, hits differ for "
+        f"{len(diff)}; preemptions hyckpt {c.hyckpt_preemptions}, {c.engine} "
+        f"{c.engine_preemptions}; steps hyckpt {len(c.hyckpt_steps)}, {c.engine} "
+        f"{len(c.engine_steps)}",
+        file=out,
+    )
+    if c.first_preemption is not None:
+        print(f"  first preemption in step {c.first_preemption}", file=out)
+    if step is None:
+        print("  every step's schedule equal", file=out)
+    else:
+        ours, theirs = c.hyckpt_steps.get(step, {}), c.engine_steps.get(step, {})
+        changed = sorted(
+            (rid, ours.get(rid), theirs.get(rid))
+            for rid in set(ours) | set(theirs)
+            if ours.get(rid) != theirs.get(rid)
+        )
+        print(
+            f"  first differing step {step}: (request, hyckpt, {c.engine}) {changed[:show]}",
+            file=out,
+        )
+    for i in diff[:show]:
+        print(
+            f"    #{i} {c.request_ids[i]}: prompt {c.prompt_tokens[i]}, hyckpt "
+            f"{c.hyckpt_hits[i]}, {c.engine} {c.engine_hits[i]}",
+            file=out,
+        )
+
+
+#: The scenario whose traffic the timed comparisons drive.
+TIMED_SCENARIO = "engine-presets-timed"
+
+
+def timed_scenario(
+    preset: str,
+    budget_bytes: int,
+    rate: float,
+    seed: int,
+    requests: int | None,
+    overrides: dict[str, object] | None = None,
+    workload: str | None = None,
+    model: str | None = None,
+) -> Any:
+    """The timed scenario (:data:`TIMED_SCENARIO`) with engine ``preset`` at
+    ``budget_bytes``, float32 state (both engines' default for Nemotron-H), no context
+    limit and Poisson arrivals at ``rate`` per second (``overrides``: more scenario keys,
+    e.g. a preset rule turned off; ``workload``: another generator with its default
+    parameters; ``model``: another shipped model)."""
+    from sim.scenarios.command import resolve
+
+    base = resolve(TIMED_SCENARIO, check_sweep=False)
+    params = dict(base.data["workload"].get("params", {})) if workload is None else {}
+    params["arrivals"] = {"kind": "poisson", "rate_per_s": rate}
+    changes: dict[str, object] = {
+        "cache.engine": preset,
+        "cache.cache_budget_bytes": budget_bytes,
+        "cache.ssm_state_dtype": "float32",
+        "scenario.seed": seed,
+        "workload.params": params,
+        "engine.max_model_len": NO_CONTEXT_LIMIT,
+    }
+    if requests is not None:
+        changes["workload.requests"] = requests
+    if workload is not None:
+        changes["workload.generator"] = workload
+    if model is not None:
+        changes["model.name"] = model
+    return base.with_overrides(changes | (overrides or {}), check_sweep=False)
+
+
+@dataclasses.dataclass
+class TimedRun:
+    """hyckpt's side of a timed comparison, and the engine's input.
+
+    Attributes:
+        items: the workload's requests, in order.
+        hyckpt: :func:`run_hyckpt_recorded`'s ``(recorder, result, record)``.
+        requests: the requests as replay requests, in hyckpt's arrival order.
+        arrival_step: request id -> the step before which it arrived in hyckpt.
+        longest: the longest request (prompt + output, tokens).
+    """
+
+    items: list[Any]
+    hyckpt: tuple[Any, Any, dict[str, Any]]
+    requests: list[ReplayRequest]
+    arrival_step: dict[str, int]
+    longest: int
+
+
+def run_timed_hyckpt(scenario: Any) -> TimedRun:
+    """Run hyckpt's timed engine on the scenario's workload, recorded, and lay out what
+    the engine's own scheduler is given: the same requests in the same arrival order,
+    each added before the same step."""
+    from engines.replay_common import longest_request
+
+    items = workload(scenario)
+    hyckpt = run_hyckpt_recorded(scenario, items)
+    converted = to_replay_requests(items)
+    arrival = hyckpt[2]["arrival"]
+    return TimedRun(
+        items=items,
+        hyckpt=hyckpt,
+        requests=sorted(converted, key=lambda item: arrival[item.request_id][1]),
+        arrival_step={rid: step for rid, (step, _) in arrival.items()},
+        longest=max(longest_request(converted), 1),
+    )
+
+
+def timed_comparison(
+    engine: str,
+    budget_bytes: int,
+    rate: float,
+    items: Sequence[Any],
+    hyckpt: tuple[Any, Any, dict[str, Any]],
+    theirs: tuple[Mapping[str, int], dict[int, dict[str, int]], int, list[int]],
+) -> TimedComparison:
+    """Both sides of a timed run as a :class:`TimedComparison`: ``hyckpt`` is
+    :func:`run_hyckpt_recorded`'s ``(recorder, result, record)``, ``theirs`` the engine's
+    hits, steps, preemption count and preempting steps."""
+    recorder, result, record = hyckpt
+    hits, steps, preemptions, preempted_steps = theirs
+    ids = [item.request_id for item in items]
+    return TimedComparison(
+        engine=engine,
+        budget_bytes=budget_bytes,
+        rate=rate,
+        request_ids=ids,
+        prompt_tokens=[len(item.prompt) for item in items],
+        hyckpt_hits=[recorder.hits.get(rid, 0) for rid in ids],
+        engine_hits=[hits.get(rid, 0) for rid in ids],
+        hyckpt_steps=record["steps"],
+        engine_steps=steps,
+        hyckpt_preemptions=int(result.totals["preemptions"]),
+        engine_preemptions=preemptions,
+        first_preemption=min(record["preempted"][:1] + preempted_steps[:1], default=None),
+    )
+
+
+def timed_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
+    """The options both timed comparisons take (``rate``: the default arrival rate)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--budget-gib", type=float, nargs="+", default=[5.0])
+    parser.add_argument("--rate", type=float, nargs="+", default=[rate], help="requests/s")
+    parser.add_argument("--requests", type=int, default=None, help="(the scenario's 600)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--show", type=int, default=8, help="differences printed")
+    return parser
 
 
 @dataclasses.dataclass

@@ -22,56 +22,14 @@ Exit 0 when every step and every hit agree.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
-from unittest import mock
 
 from engines import fidelity_common as common
 
 #: The scenario whose traffic is compared.
-SCENARIO = "engine-presets-timed"
-
-
-@dataclasses.dataclass
-class TimedComparison:
-    """One run's comparison.
-
-    Attributes:
-        budget_bytes, rate: the run.
-        request_ids, prompt_tokens: per request, in workload order.
-        hyckpt_hits, vllm_hits: first hit per request.
-        hyckpt_steps, vllm_steps: step -> request id -> tokens scheduled.
-        hyckpt_preemptions, vllm_preemptions: totals.
-        first_preemption: the first step in which either preempted a request (``None``:
-            neither did).
-    """
-
-    budget_bytes: int
-    rate: float
-    request_ids: list[str]
-    prompt_tokens: list[int]
-    hyckpt_hits: list[int]
-    vllm_hits: list[int]
-    hyckpt_steps: dict[int, dict[str, int]]
-    vllm_steps: dict[int, dict[str, int]]
-    hyckpt_preemptions: int
-    vllm_preemptions: int
-    first_preemption: int | None
-
-    def differing(self) -> list[int]:
-        """Indices of the requests whose first hits differ."""
-        return common.differing(self.hyckpt_hits, self.vllm_hits)
-
-    def first_differing_step(self) -> int | None:
-        """The first step whose schedule differs (``None``: none); a step that schedules
-        nothing equals no step (an async scheduler's last call waits for an output)."""
-        for step in sorted(set(self.hyckpt_steps) | set(self.vllm_steps)):
-            if (self.hyckpt_steps.get(step) or {}) != (self.vllm_steps.get(step) or {}):
-                return step
-        return None
+SCENARIO = common.TIMED_SCENARIO
 
 
 def build_scenario(
@@ -83,58 +41,7 @@ def build_scenario(
 ) -> Any:
     """The timed scenario with the ``vllm`` preset, its arrivals at ``rate`` per second
     (``overrides``: more scenario keys, e.g. a preset rule turned off)."""
-    from sim.scenarios.command import resolve
-
-    base = resolve(SCENARIO, check_sweep=False)
-    params = dict(base.data["workload"].get("params", {}))
-    params["arrivals"] = {"kind": "poisson", "rate_per_s": rate}
-    changes: dict[str, object] = {
-        "cache.engine": "vllm",
-        "cache.cache_budget_bytes": budget_bytes,
-        "cache.ssm_state_dtype": "float32",
-        "scenario.seed": seed,
-        "workload.params": params,
-        "engine.max_model_len": common.NO_CONTEXT_LIMIT,
-    }
-    if requests is not None:
-        changes["workload.requests"] = requests
-    return base.with_overrides(changes | (overrides or {}), check_sweep=False)
-
-
-def run_hyckpt_recorded(scenario: Any, items: Sequence[Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """hyckpt's timed run of ``items``, recording each step's schedule and each request's
-    arrival step and order: ``(recorder, result, record)``."""
-    from sim.engine.engine_core import EngineCore
-    from sim.engine.planning import Planning
-
-    arrival: dict[str, tuple[int, int]] = {}
-    steps: dict[int, dict[str, int]] = {}
-    preempted: list[int] = []
-    arrive, schedule = EngineCore._arrive, Planning._schedule
-
-    def recording_arrive(self: Any, index: int, request: Any, arrival_s: float) -> None:
-        # The request is in the queue the next step plans from.
-        arrival.setdefault(request.request_id, (self.step + 1, len(arrival)))
-        arrive(self, index, request, arrival_s)
-
-    def recording_schedule(self: Any) -> Any:
-        before = self.metrics.preemptions
-        plan = schedule(self)
-        if self.metrics.preemptions > before:
-            preempted.append(plan.step)
-        tokens = {seq.request_id: n for seq, n in plan.decodes.items()}
-        tokens.update({seq.request_id: c.end - c.start for seq, c in plan.prefills.items()})
-        steps[plan.step] = tokens
-        return plan
-
-    config = dataclasses.replace(scenario.sim_config, fuse_decode_steps=False)
-    unfused = dataclasses.replace(scenario, sim_config=config)
-    with (
-        mock.patch.object(EngineCore, "_arrive", recording_arrive),
-        mock.patch.object(Planning, "_schedule", recording_schedule),
-    ):
-        recorder, result, _ = common.run_hyckpt(unfused, items)
-    return recorder, result, {"arrival": arrival, "steps": steps, "preempted": preempted}
+    return common.timed_scenario("vllm", budget_bytes, rate, seed, requests, overrides)
 
 
 def compare(
@@ -144,96 +51,43 @@ def compare(
     requests: int | None = None,
     overrides: dict[str, object] | None = None,
     async_scheduling: bool = True,
-) -> TimedComparison:
+) -> common.TimedComparison:
     """Run both on the scenario's workload at ``budget_bytes`` and ``rate``, scheduling
     asynchronously (vLLM's default; the preset's ``engine.async_scheduling``) or not."""
     from engines import vllm_replay
-    from engines.replay_common import longest_request
     from engines.vllm_scheduler import VllmSchedulerReplay
 
     mode = {"engine.async_scheduling": async_scheduling}
     scenario = build_scenario(budget_bytes, rate, seed, requests, mode | (overrides or {}))
-    items = common.workload(scenario)
-    recorder, result, record = run_hyckpt_recorded(scenario, items)
+    run = common.run_timed_hyckpt(scenario)
     config = scenario.sim_config
     model = vllm_replay.HybridModel.from_hyckpt(config.sizes(), "model")
-    converted = common.to_replay_requests(items)
-    arrival = record["arrival"]
-    in_order = sorted(converted, key=lambda item: arrival[item.request_id][1])
     vllm = VllmSchedulerReplay(
         model,
         budget_bytes,
         config.token_budget,
         config.max_num_seqs,
-        max_model_len=max(longest_request(converted), 1) * 2,
+        max_model_len=run.longest * 2,
         async_scheduling=async_scheduling,
     )
     if vllm.plan.block_size != config.block_size:
         raise RuntimeError(
             f"vLLM picks block size {vllm.plan.block_size}, hyckpt's preset {config.block_size}"
         )
-    theirs = vllm.run(in_order, {rid: step for rid, (step, _) in arrival.items()})
-    ids = [item.request_id for item in items]
-    return TimedComparison(
-        budget_bytes=budget_bytes,
-        rate=rate,
-        request_ids=ids,
-        prompt_tokens=[len(item.prompt) for item in items],
-        hyckpt_hits=[recorder.hits.get(rid, 0) for rid in ids],
-        vllm_hits=[theirs.hits.get(rid, 0) for rid in ids],
-        hyckpt_steps=record["steps"],
-        vllm_steps=theirs.steps,
-        hyckpt_preemptions=int(result.totals["preemptions"]),
-        vllm_preemptions=sum(theirs.preemptions.values()),
-        first_preemption=min(record["preempted"][:1] + theirs.preempted_steps[:1], default=None),
+    theirs = vllm.run(run.requests, run.arrival_step)
+    return common.timed_comparison(
+        "vLLM",
+        budget_bytes,
+        rate,
+        run.items,
+        run.hyckpt,
+        (theirs.hits, theirs.steps, sum(theirs.preemptions.values()), theirs.preempted_steps),
     )
-
-
-def report(comparison: TimedComparison, show: int, out: TextIO) -> None:
-    """Print one run's comparison."""
-    c = comparison
-    diff = c.differing()
-    prompt = sum(c.prompt_tokens)
-    step = c.first_differing_step()
-    print(f"budget {c.budget_bytes / common.GIB:g} GiB, {c.rate:g} requests/s", file=out)
-    print(
-        f"  first-hit token rate: hyckpt {sum(c.hyckpt_hits) / prompt:.4f}, vLLM "
-        f"{sum(c.vllm_hits) / prompt:.4f}; requests {len(c.request_ids)}, hits differ for "
-        f"{len(diff)}; preemptions hyckpt {c.hyckpt_preemptions}, vLLM {c.vllm_preemptions}; "
-        f"steps hyckpt {len(c.hyckpt_steps)}, vLLM {len(c.vllm_steps)}",
-        file=out,
-    )
-    if c.first_preemption is not None:
-        print(f"  first preemption in step {c.first_preemption}", file=out)
-    if step is None:
-        print("  every step's schedule equal", file=out)
-    else:
-        ours, theirs = c.hyckpt_steps.get(step, {}), c.vllm_steps.get(step, {})
-        changed = sorted(
-            (rid, ours.get(rid), theirs.get(rid))
-            for rid in set(ours) | set(theirs)
-            if ours.get(rid) != theirs.get(rid)
-        )
-        print(f"  first differing step {step}: (request, hyckpt, vLLM) {changed[:show]}", file=out)
-    for i in diff[:show]:
-        print(
-            f"    #{i} {c.request_ids[i]}: prompt {c.prompt_tokens[i]}, hyckpt "
-            f"{c.hyckpt_hits[i]}, vLLM {c.vllm_hits[i]}",
-            file=out,
-        )
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """The command (module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m engines.vllm_timed_fidelity",
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("--budget-gib", type=float, nargs="+", default=[5.0])
-    parser.add_argument("--rate", type=float, nargs="+", default=[4.0], help="requests/s")
-    parser.add_argument("--requests", type=int, default=None, help="(the scenario's 600)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--show", type=int, default=8, help="differences printed")
+    parser = common.timed_parser("python -m engines.vllm_timed_fidelity", __doc__, 4.0)
     parser.add_argument(
         "--sync-scheduling",
         action="store_true",
@@ -252,7 +106,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 args.requests,
                 async_scheduling=not args.sync_scheduling,
             )
-            report(comparison, args.show, stream)
+            common.report_timed(comparison, args.show, stream)
             agree &= not comparison.differing() and comparison.first_differing_step() is None
     return 0 if agree else 1
 

@@ -38,7 +38,7 @@ GIB = 1 << 30
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_every_step_and_hit_agree_under_load_without_preemption(asynchronous: bool) -> None:
     comparison = timed.compare(10 * GIB, 4.0, requests=300, async_scheduling=asynchronous)
-    assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 0
+    assert comparison.hyckpt_preemptions == comparison.engine_preemptions == 0
     assert comparison.first_differing_step() is None
     assert comparison.differing() == []
     assert sum(comparison.hyckpt_hits) > 0
@@ -60,13 +60,13 @@ def test_each_rule_moves_the_first_difference(
     assert comparison.first_differing_step() == first_step
     if not overrides:
         assert comparison.first_preemption == 6734
-        assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 18
+        assert comparison.hyckpt_preemptions == comparison.engine_preemptions == 18
         assert comparison.differing() == []
 
 
 def test_every_step_agrees_through_many_preemptions() -> None:
     comparison = timed.compare(2 * GIB, 4.0, requests=300, async_scheduling=False)
-    assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 28
+    assert comparison.hyckpt_preemptions == comparison.engine_preemptions == 28
     assert comparison.first_differing_step() is None
     assert comparison.differing() == []
 
@@ -78,6 +78,6 @@ def test_async_scheduling_holds_what_a_step_frees_until_its_output_is_processed(
     # cannot fit a 205-token prompt in.
     comparison = timed.compare(5 * GIB, 4.0)
     assert comparison.first_differing_step() is None
-    assert comparison.hyckpt_preemptions == comparison.vllm_preemptions == 18
+    assert comparison.hyckpt_preemptions == comparison.engine_preemptions == 18
     without = timed.compare(5 * GIB, 4.0, overrides={"engine.async_scheduling": False})
     assert without.first_differing_step() == 6275
