@@ -294,6 +294,21 @@ class SimConfig:
             the tree's (``UnifiedRadixCache.checkpoint_into_tree``; docs/SEMANTICS.md
             H10a); needs ``keep_block_copies=False``; ``False``: the request keeps its
             private copy until it finishes.
+        captures_in_step: a step's checkpoint copies run within the step, in the compute
+            stream's order, so each checkpoint is published when the step that wrote it
+            ends, before the next step is planned, as SGLang copies a chunk's state into
+            a new Mamba slot in stream order and inserts it into its tree before it plans
+            again (``Scheduler.stash_chunked_request`` / ``checkpoint_kv_cache`` at the
+            start of ``get_next_batch_to_run``; docs/SEMANTICS.md H9n). ``False``: the
+            copies run on a copy stream of their own and publish when it finishes them.
+        hold_latest_checkpoint: a running request holds its latest checkpoint pinned, out
+            of eviction's reach: its hit from its admission, then each checkpoint its
+            prefill chunks publish in turn (the newer one taking over), until it finishes
+            or is preempted, as SGLang's request locks the tree node it has reached
+            (``req.lock``, moved by ``checkpoint_kv_cache`` and released by
+            ``release_kv_cache``; docs/SEMANTICS.md H9l). ``False``: a hit is pinned only
+            until its restore completes and a request's captures are evictable once
+            published.
         drop_leaf_kv: split memory: when a checkpoint that no cached KV continues is
             evicted, its free cached KV blocks go too, back to the nearest block another
             cached sequence continues, a sequence holds, or a cached checkpoint on its
@@ -381,6 +396,13 @@ class SimConfig:
             when it cannot, as SGLang's scheduler runs a prefill batch first and the
             decode batch otherwise (``get_next_batch_to_run``, ``enable_mixed_chunk`` off
             by default; docs/SEMANTICS.md H9i). A replay serves one request at a time.
+        refresh_waiting_prefixes: the timed engine refreshes the cached prefixes of the
+            requests waiting to be admitted, as SGLang's scheduler does
+            (``SchedulePolicy._touch_waiting_prefixes``): every 32nd planning pass that
+            looks at a non-empty waiting queue, each of its first 128 requests, the head
+            last, has the checkpoint its lookup would hit and the free KV blocks before
+            it made most recently used (docs/SEMANTICS.md H9m). ``False``: a waiting
+            request touches nothing until its admission.
         decode_reservation: what the timed engine's admission keeps free for the running
             requests' future output. ``none``: nothing; a request is admitted when its
             first chunk's blocks are free. ``sglang``: SGLang's ``PrefillAdder``: the
@@ -500,6 +522,8 @@ class SimConfig:
     capture_all: bool = False
     keep_block_copies: bool = False
     adopt_cached_blocks: bool = False
+    hold_latest_checkpoint: bool = False
+    captures_in_step: bool = False
     drop_leaf_kv: bool = False
     running_states: int = 0
     state_handover: bool = False
@@ -512,6 +536,7 @@ class SimConfig:
     preemption: str = "restart"
     preemption_policy: str = "youngest"
     mixed_batches: bool = True
+    refresh_waiting_prefixes: bool = False
     decode_reservation: str = "none"
     admit_after_preemption: bool = True
     max_model_len: int | None = None
@@ -631,6 +656,8 @@ class SimConfig:
             "capture_all",
             "keep_block_copies",
             "adopt_cached_blocks",
+            "hold_latest_checkpoint",
+            "captures_in_step",
             "drop_leaf_kv",
             "state_handover",
             "block_aligned_chunks",

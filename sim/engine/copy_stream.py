@@ -112,9 +112,14 @@ class CopyStream(EngineCore):
         self, writes: list[Reservation], duration: float, retouch: Retouch
     ) -> None:
         """Run the step's capture copies on the copy stream; they publish on completion.
-        With ``states_in_place`` the step wrote them where they are: published now, at the
+        With ``states_in_place`` the step wrote them where they are, and with
+        ``captures_in_step`` it copied them in its own stream: published now, at the
         step's end."""
         if self._states_in_place:
+            self._captures_complete(writes, retouch)
+            return
+        if self.config.captures_in_step:  # SEMANTICS H9n: copied in the step's stream
+            self.metrics.copy_busy_s += duration
             self._captures_complete(writes, retouch)
             return
         # The stream runs its jobs in order: the latest one finishes last.

@@ -110,6 +110,12 @@ class EngineCore:
         # A replay serves one request at a time: nothing else is planned between its steps.
         self._hold_until_turn = config.states_in_place and config.mode == "engine"
         self._capture_holders: dict[int, Seq] = {}
+        # SEMANTICS H9l: captures of running requests' chunks, by slot (writer, tokens).
+        self._hold_latest = config.hold_latest_checkpoint
+        # SEMANTICS H9m: planning passes that looked at a non-empty waiting queue.
+        self._refresh_waiting = config.refresh_waiting_prefixes and config.mode == "engine"
+        self._waiting_looks = 0
+        self._latest_writers: dict[int, tuple[Seq, int]] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks
         # Unified memory and running states both evict a checkpoint before the index is
@@ -513,6 +519,25 @@ class EngineCore:
             self._pin(slot)
             self._hold(writer, slot)
 
+    def _hold_latest_checkpoint(self, seq: Seq, slot: int, tokens: int) -> None:
+        """SEMANTICS H9l: running ``seq`` holds checkpoint ``slot`` (``tokens`` long)
+        pinned instead of the one it held, as SGLang's request moves its lock to the
+        tree node it has reached."""
+        self._pin(slot)
+        if seq.latest_slot >= 0:
+            self._unpin(seq.latest_slot)
+        seq.latest_slot, seq.latest_tokens = slot, tokens
+
+    def _hold_if_latest(self, slot: int) -> None:
+        """Checkpoint ``slot`` was just published: the request whose chunk wrote it, still
+        running, holds it if it reaches further than what it holds (SEMANTICS H9l)."""
+        writer = self._latest_writers.pop(slot, None)
+        if writer is None:
+            return
+        seq, tokens = writer
+        if seq.batch_slot >= 0 and tokens > seq.latest_tokens:
+            self._hold_latest_checkpoint(seq, slot, tokens)
+
     def _pin(self, slot: int) -> None:
         self.index.pin(slot)
         if self._unified:
@@ -552,6 +577,9 @@ class EngineCore:
         """``seq`` no longer holds the checkpoint its state's pages went to, nor those it
         held since its last step: unpinned."""
         self._release_held(seq, turn=False)
+        if seq.latest_slot >= 0:  # SEMANTICS H9l: release_kv_cache unlocks its node
+            self._unpin(seq.latest_slot)
+            seq.latest_slot, seq.latest_tokens = -1, 0
         if seq.lent_pinned:
             self._unpin(seq.lent_slot)
         self._lent_holders.pop(seq.lent_slot, None)
@@ -701,13 +729,17 @@ class EngineCore:
                 self._ledger.published(reservation.slot, self._shared_pool.tick())
             if self._lent_holders or self._capture_holders:
                 self._pin_if_held(reservation.slot)
+            if self._latest_writers:
+                self._hold_if_latest(reservation.slot)
         else:
             self._lent_holders.pop(reservation.slot, None)
             self._capture_holders.pop(reservation.slot, None)
+            self._latest_writers.pop(reservation.slot, None)
             self.metrics.captures_cancelled += 1
             self._release_bytes(reservation.slot)
 
     def _abort(self, reservation: Reservation) -> None:
+        self._latest_writers.pop(reservation.slot, None)
         self._lent_holders.pop(reservation.slot, None)
         self._capture_holders.pop(reservation.slot, None)
         self.index.abort(reservation)

@@ -179,6 +179,16 @@ class KVPool:
                 "KVPool.free_among: a digest is not registered; ask only of a matched prefix"
             ) from None
 
+    def refresh(self, digests: Iterable[bytes]) -> None:
+        """Make the free cached blocks of ``digests`` (a prefix, in order) the most
+        recently used, the last one last: what a lookup's refresh of its matched path
+        does to the blocks nobody holds (held ones are not in the free queue)."""
+        table, cached = self._by_digest, self._cached_free
+        for digest in digests:
+            block = table.get(digest)
+            if block is not None and block in cached:
+                cached.move_to_end(block)
+
     def can_allocate(self, count: int) -> bool:
         """Whether :meth:`allocate` of ``count`` blocks would succeed."""
         return count <= self.free_count()

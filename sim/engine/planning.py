@@ -9,6 +9,8 @@ reserved in the index in the placement policy's order (SEMANTICS H5).
 
 from __future__ import annotations
 
+from itertools import islice
+
 from reference.api import PrefillChunk, Reservation
 from reference.hashing import TOKEN_BYTES
 from sim.engine.decode_reservation import admits, reservation_room
@@ -17,6 +19,12 @@ from sim.engine.hits import block_digests, reconcile
 from sim.engine.leaf_kv import LeafKVPool
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.step_plan import StepPlan, _Chunk
+
+#: SGLang's ``WAITING_PREFIX_REFRESH_INTERVAL`` and ``WAITING_QUEUE_PREFIX_MATCH_MAX``
+#: (``srt/managers/schedule_policy.py``): every 32nd look at the waiting queue refreshes
+#: the prefixes of its first 128 requests (SEMANTICS H9m).
+WAITING_REFRESH_INTERVAL = 32
+WAITING_REFRESH_MAX = 128
 
 
 def _tokens(reservation: Reservation) -> int:
@@ -102,6 +110,8 @@ class Planning(EngineCore):
         ``budget`` tokens (no admission after a preemption this step, ``preempted``
         being the count before it, unless ``admit_after_preemption``)."""
         config = self.config
+        if self._refresh_waiting and self.waiting:
+            self._look_at_waiting()
         for seq in list(self.running):
             if budget <= 0:
                 break
@@ -129,6 +139,42 @@ class Planning(EngineCore):
             if not taken:
                 break
             budget -= taken
+
+    def _look_at_waiting(self) -> None:
+        """SEMANTICS H9m (``SchedulePolicy.calc_priority``): a pass that can admit (a
+        running slot free, or a request mid-prefill) looks at the waiting queue; every
+        32nd such pass refreshes the first 128 waiting requests' cached prefixes, the
+        head last (``_touch_waiting_prefixes``)."""
+        mid_prefill = any(seq.phase is Phase.PREFILL for seq in self.running)
+        if len(self.running) >= self.config.max_num_seqs and not mid_prefill:
+            return  # SGLang's batch is full: it returns before ordering the queue
+        looks = self._waiting_looks
+        self._waiting_looks += 1
+        if looks % WAITING_REFRESH_INTERVAL:
+            return
+        for seq in reversed(list(islice(self.waiting, WAITING_REFRESH_MAX))):
+            self._refresh_prefix(seq)
+
+    def _refresh_prefix(self, seq: Seq) -> None:
+        """``touch_waiting_prefix``: the match of ``seq``'s whole prefill (no limit)
+        refreshes the checkpoint it ends at and the free KV blocks before it."""
+        n = seq.prefill_len
+        if seq.hashed is None:
+            source = seq.request.answer if seq.resumed else seq.request.prompt  # type: ignore[attr-defined]
+            seq.hashed = source.hashed(self._namespace, self.config.unit)
+            seq.digests = block_digests(seq.hashed, n // self._block, self._units_per_block)
+        present = self.pool.match(seq.digests)
+        hit = reconcile(
+            self.index,
+            self._namespace,
+            seq.hashed,
+            n + 1,
+            present,
+            self._block,
+            paged=self._paged,
+        )
+        if hit is not None:
+            self.pool.refresh(seq.digests[: hit.tokens // self._block])
 
     def _decode_tokens(self, seq: Seq) -> int:
         """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""
@@ -338,6 +384,8 @@ class Planning(EngineCore):
         self.backend.start(seq.started(), seq.batch_slot)
         if hit is not None:
             seq.hit_slot = hit.slot
+            if self._hold_latest:  # SEMANTICS H9l: it holds its hit while it runs
+                self._hold_latest_checkpoint(seq, hit.slot, p)
             if self._unified:  # pinned above
                 self._ledger.touch(hit.slot, self._shared_pool.tick())
             elif pinned is None:
@@ -507,6 +555,8 @@ class Planning(EngineCore):
                         self._hold_lent(seq, outcome.slot)
                     elif self._hold_until_turn:
                         self._capture_holders[outcome.slot] = seq
+                    if self._hold_latest:
+                        self._latest_writers[outcome.slot] = (seq, position)
                 elif lend:
                     self._take_back_running_state(seq)
             reservations.sort(key=_tokens)  # ascending: the order the backend computes them

@@ -118,6 +118,12 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
             "cache.drop_leaf_kv": True,
             # checkpoint_into_tree frees a request's duplicate KV and repoints it at the tree's.
             "cache.adopt_cached_blocks": True,
+            # req.lock: a running request locks the node it has reached (its hit, then
+            # its latest chunk's state) until release_kv_cache.
+            "cache.hold_latest_checkpoint": True,
+            # A chunk's state is copied in stream order and inserted into the tree when
+            # the next step is planned (stash_chunked_request): a hit from the next step.
+            "cache.captures_in_step": True,
         }
         | context_limit(model, "sglang")
     )
@@ -338,6 +344,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "engine.mixed_batches": False,
         # PrefillAdder: admission leaves room for the running requests' future output.
         "engine.decode_reservation": "sglang",
+        # SchedulePolicy._touch_waiting_prefixes: the waiting requests' prefixes stay warm.
+        "engine.refresh_waiting_prefixes": True,
     }
 
 

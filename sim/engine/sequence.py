@@ -114,6 +114,9 @@ class Seq:
             one after).
         held_pages: ``(pages, step)``: the pages of a state it left (H9a), held until its
             turn in planning that step (``states_in_place``, H9h).
+        latest_slot: with ``hold_latest_checkpoint`` (SEMANTICS H9l), the checkpoint it
+            holds pinned while it runs: its hit, then the latest one its chunks published
+            (-1 for none); ``latest_tokens`` is that checkpoint's length in tokens.
         resumed: output tokens it keeps from before its latest preemption
             (``preemption = "resume"``, SEMANTICS H9g): its prefill recomputes its prompt
             and them (``prefill_len`` tokens of its answer); 0 otherwise.
@@ -148,6 +151,8 @@ class Seq:
     lent_pinned: bool = False
     held: list[tuple[int, int]] = field(default_factory=list)
     held_pages: list[tuple[int, int]] = field(default_factory=list)
+    latest_slot: int = -1
+    latest_tokens: int = 0
     resumed: int = 0
     furthest: int = 0
 

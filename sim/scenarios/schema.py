@@ -303,6 +303,13 @@ _SIM_ENGINE: dict[str, Key] = {
         "a step runs decodes and prefill chunks together (vLLM); false: prefill chunks and "
         "admissions when there are any, decodes only in a step without (SGLang)",
     ),
+    "refresh_waiting_prefixes": Key(
+        boolean,
+        False,
+        "every 32nd planning pass, the first 128 waiting requests' cached prefixes (their "
+        "hit's checkpoint and the KV before it) become most recently used (SGLang's "
+        "_touch_waiting_prefixes)",
+    ),
     "decode_reservation": Key(
         choice(list(DECODE_RESERVATIONS)),
         "none",
@@ -359,6 +366,7 @@ TIMING_ONLY_KEYS = (
     "engine.preemption",
     "engine.preemption_policy",
     "engine.mixed_batches",
+    "engine.refresh_waiting_prefixes",
     "engine.decode_reservation",
     "engine.admit_after_preemption",
     "engine.mfu",
@@ -498,6 +506,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "a KV block computed again under a cached digest is swapped for the cached "
             "copy when the request registers its blocks, its own freed (SGLang's insert); "
             "not with keep_block_copies",
+        ),
+        "captures_in_step": Key(
+            boolean,
+            False,
+            "a step's checkpoint copies run within the step: each checkpoint is published "
+            "when the step that wrote it ends, before the next is planned (SGLang); false: "
+            "on a copy stream of their own, published when it finishes them",
+        ),
+        "hold_latest_checkpoint": Key(
+            boolean,
+            False,
+            "a running request holds its latest checkpoint out of eviction's reach (its hit, "
+            "then each checkpoint its chunks publish) until it finishes or is preempted "
+            "(SGLang's req.lock on the tree node it has reached)",
         ),
         "drop_leaf_kv": Key(
             boolean,

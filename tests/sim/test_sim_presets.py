@@ -138,6 +138,9 @@ def test_each_preset_sets_its_engines_settings() -> None:
         {"grid": 128, "hash_unit": 1},
     )
     assert extra.generated_state_grid == 256 and extra.kv_up_to_checkpoint
+    # req.lock: a running SGLang request locks the node it has reached (SEMANTICS H9l).
+    assert sglang.hold_latest_checkpoint and extra.hold_latest_checkpoint
+    assert not vllm.hold_latest_checkpoint
     assert extra.checkpoint_share_rule == "sglang-extra-buffer"
     assert extra.checkpoint_capacity() == 38 and extra.kv_capacity() == sglang.kv_capacity()
     assert (sglang.running_states, extra.running_states) == (1, 3)
@@ -469,6 +472,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
             "engine.admit_after_preemption": False,
             "engine.mixed_batches": False,
             "engine.decode_reservation": "sglang",
+            "engine.refresh_waiting_prefixes": True,
         }, gib
     assert PRESETS["marconi"].scheduling(h200) == {}
     # The file's own values win.

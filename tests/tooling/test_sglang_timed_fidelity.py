@@ -1,0 +1,63 @@
+"""hyckpt's timed engine with the ``sglang-no-buffer`` preset against SGLang 0.5.23's own
+scheduler loop, step by step (``engines.sglang_timed_fidelity``; docs/SIMULATION.md
+§1d, "Under load").
+
+These pin what the comparison established on the engine-presets-timed chat traffic (600
+requests, seed 1, float32 state): at 5 GiB and one request a second, and at 10 GiB and
+four, every step schedules the same tokens for the same requests and every hit is
+equal; without ``cache.hold_latest_checkpoint`` (SEMANTICS H9l) the first run parts at
+step 13,034, where one request's hit is lost, and without
+``engine.refresh_waiting_prefixes`` (H9m) the second loses one request's hit.
+
+Skipped where SGLang 0.5.23 is not importable (the project's own venv); run in the
+engine venv: ``.venv-sglang/bin/python -m pytest tests/tooling/test_sglang_timed_fidelity.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+sglang = pytest.importorskip("sglang", reason="sglang is not installed (engine-venv-sglang.sh)")
+if getattr(sglang, "__version__", "") != "0.5.23":
+    pytest.skip(
+        f"written against sglang 0.5.23, found {sglang.__version__}", allow_module_level=True
+    )
+
+from engines import sglang_replay  # noqa: E402
+from engines import sglang_timed_fidelity as timed  # noqa: E402
+
+GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sglang() -> None:
+    sglang_replay.import_sglang()
+
+
+def test_every_step_and_hit_agree_at_one_request_a_second() -> None:
+    comparison = timed.compare(5 * GIB, 1.0)
+    assert comparison.first_differing_step() is None
+    assert comparison.differing() == []
+    assert comparison.hyckpt_preemptions == comparison.engine_preemptions == 0
+    assert len(comparison.hyckpt_steps) == 32714 and sum(comparison.hyckpt_hits) > 0
+
+
+def test_without_holding_the_latest_checkpoint_a_hit_is_lost() -> None:
+    # SEMANTICS H9l: SGLang's running requests lock the node they reached; hyckpt without
+    # the rule evicts two of those states where SGLang evicts a waiting request's.
+    comparison = timed.compare(5 * GIB, 1.0, overrides={"cache.hold_latest_checkpoint": False})
+    assert comparison.first_differing_step() == 13034
+    (index,) = comparison.differing()
+    assert comparison.request_ids[index] == "multi_turn_chat/55/2"
+    assert (comparison.hyckpt_hits[index], comparison.engine_hits[index]) == (1386, 0)
+
+
+def test_the_waiting_queue_is_kept_warm_as_sglang_keeps_it() -> None:
+    # SEMANTICS H9m: at 4 requests a second requests wait with a running slot free, and
+    # SGLang refreshes their prefixes every 32nd pass; without the rule one hit is lost.
+    comparison = timed.compare(10 * GIB, 4.0)
+    assert comparison.first_differing_step() is None and comparison.differing() == []
+    without = timed.compare(10 * GIB, 4.0, overrides={"engine.refresh_waiting_prefixes": False})
+    (index,) = without.differing()
+    assert without.request_ids[index] == "multi_turn_chat/95/1"
+    assert (without.hyckpt_hits[index], without.engine_hits[index]) == (0, 197)
