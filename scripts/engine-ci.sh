@@ -81,7 +81,8 @@ engine_sglang() {
     printf '\n==> SGLang adapter and fidelity tests\n'
     rc=0
     "$python" -m pytest tests/tooling/test_engine_adapters_sglang.py \
-        tests/tooling/test_sglang_fidelity.py -p no:cacheprovider -q || rc=$?
+        tests/tooling/test_sglang_fidelity.py tests/tooling/test_sglang_timed_fidelity.py \
+        -p no:cacheprovider -q || rc=$?
     record "SGLang adapter and fidelity tests" "$rc"
 }
 
