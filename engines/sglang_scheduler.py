@@ -9,7 +9,9 @@ same pools (:class:`~engines.sglang_replay.SglangCacheReplay`: ``HybridReqToToke
 turns the overlap scheduler off), without a model:
 
 1. before step ``k`` the requests arriving before it are added, in the given order, by
-   SGLang's ``Scheduler.init_req_max_new_tokens`` and ``_add_request_to_queue``;
+   SGLang's ``Scheduler.init_req_max_new_tokens`` and ``_add_request_to_queue``; a
+   prompt of ``max_req_input_len`` tokens or more (``min(context_len, KV tokens) - 6``,
+   ``TpModelWorker``) is refused instead, as ``validate_input_length`` refuses it;
 2. ``Scheduler.get_next_batch_to_run`` plans the step: merging the last prefill batch into
    the running batch, ``get_new_batch_prefill`` (``PrefillAdder``: admission, chunking, the
    reservation by the new-token ratio; ``ScheduleBatch.prepare_for_extend``) and, when it
@@ -94,6 +96,8 @@ class ScheduledRun:
         retractions: request id -> times retracted.
         retracted_steps: the steps that retracted a request, in order.
         aborted: requests SGLang aborted (``retract_decode``'s ``reqs_to_abort``).
+        refused: requests refused on arrival, their prompt at least ``max_req_input_len``
+            (``validate_input_length``).
     """
 
     steps: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -102,6 +106,7 @@ class ScheduledRun:
     retractions: dict[str, int] = field(default_factory=dict)
     retracted_steps: list[int] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
 
 def _stand_in_class() -> type:
@@ -155,6 +160,9 @@ class SglangSchedulerReplay:
         )
         self._recording: ScheduledRun | None = None
         self._step = 0
+        # TpModelWorker: max_req_len = min(context_len - 1, KV tokens - 1), prompts shorter
+        # than max_req_len - 5 (managers/tp_worker.py).
+        self.max_req_input_len = min(max_context_len, self.plan.max_total_num_tokens) - 1 - 5
         self.scheduler._add_request_to_queue = self._queued
         self.scheduler.send_abort_output = self._aborted
 
@@ -196,6 +204,10 @@ class SglangSchedulerReplay:
                 and arrival_step[pending[next_arrival].request_id] <= step
             ):
                 item = pending[next_arrival]
+                next_arrival += 1
+                if len(item.prompt_token_ids) >= self.max_req_input_len:
+                    result.refused.append(item.request_id)  # validate_input_length
+                    continue
                 answers[item.request_id] = list(item.output_token_ids)
                 sampling = SamplingParams(temperature=0, max_new_tokens=len(item.output_token_ids))
                 sampling.normalize(None)
@@ -207,7 +219,6 @@ class SglangSchedulerReplay:
                 )
                 s.init_req_max_new_tokens(req)
                 s._add_request_to_queue(req)
-                next_arrival += 1
             plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
             s.running_batch = plan.running_batch
             batch = plan.batch_to_run
@@ -303,7 +314,7 @@ def _build_scheduler(
     s.device = "cpu"
     s.max_total_num_tokens = plan.max_total_num_tokens
     s.max_running_requests = max_running_requests
-    s.max_req_len = max_context_len - 1
+    s.max_req_len = min(max_context_len, plan.max_total_num_tokens) - 1
     s.max_new_tokens_limit = None
     s.kv_shard_widening = 1
     s.sliding_window_size = None

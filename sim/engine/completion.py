@@ -106,6 +106,10 @@ class Completion(CopyStream):
                     self._finish(seq)
         if plan.decodes:
             self._advance_decodes(plan)
+        if any(seq.phase is Phase.PREFILL for seq in plan.prefills):
+            # SGLang's next pass takes the chunked request out of the last batch before
+            # merging it, which counts as the batch shrinking (SEMANTICS H9o).
+            self._batch_changed = True
         self._issue_captures()
         checker.on_step_end()
         if any(seq.phase is Phase.DONE for seq in self.running):
@@ -166,6 +170,7 @@ class Completion(CopyStream):
 
     def _finish(self, seq: Seq) -> None:
         seq.phase = Phase.DONE
+        self._batch_changed = True  # SEMANTICS H9o: the running batch shrinks
         if self.alpha_tuner is not None:
             self.alpha_tuner.on_finish(seq.index, seq.request)
         if self._async_scheduling:

@@ -403,6 +403,12 @@ class SimConfig:
             last, has the checkpoint its lookup would hit and the free KV blocks before
             it made most recently used (docs/SEMANTICS.md H9m). ``False``: a waiting
             request touches nothing until its admission.
+        pause_after_refusal: once the admission reservation (``decode_reservation``)
+            refuses a request while others run, the timed engine admits no one (and, with
+            ``refresh_waiting_prefixes``, does not look at the waiting queue unless a
+            request is mid-prefill) until a running request leaves or a prefill step
+            leaves a request mid-prefill, as SGLang's ``running_batch.batch_is_full``
+            (docs/SEMANTICS.md H9o). ``False``: admission is tried every step.
         decode_reservation: what the timed engine's admission keeps free for the running
             requests' future output. ``none``: nothing; a request is admitted when its
             first chunk's blocks are free. ``sglang``: SGLang's ``PrefillAdder``: the
@@ -537,6 +543,7 @@ class SimConfig:
     preemption_policy: str = "youngest"
     mixed_batches: bool = True
     refresh_waiting_prefixes: bool = False
+    pause_after_refusal: bool = False
     decode_reservation: str = "none"
     admit_after_preemption: bool = True
     max_model_len: int | None = None

@@ -115,6 +115,11 @@ class EngineCore:
         # SEMANTICS H9m: planning passes that looked at a non-empty waiting queue.
         self._refresh_waiting = config.refresh_waiting_prefixes and config.mode == "engine"
         self._waiting_looks = 0
+        # SEMANTICS H9o: SGLang's running_batch.batch_is_full after a refusal, and
+        # whether a request left (or a prefill step left one mid-prefill) since.
+        self._pause_after_refusal = config.pause_after_refusal and config.mode == "engine"
+        self._admission_paused = False
+        self._batch_changed = False
         self._latest_writers: dict[int, tuple[Seq, int]] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks

@@ -110,6 +110,12 @@ class Planning(EngineCore):
         ``budget`` tokens (no admission after a preemption this step, ``preempted``
         being the count before it, unless ``admit_after_preemption``)."""
         config = self.config
+        if self._pause_after_refusal and (
+            self._batch_changed or not any(seq.phase is Phase.DECODE for seq in self.running)
+        ):
+            # SGLang clears batch_is_full when its running (decoding) batch shrank or is
+            # empty (get_next_batch_to_run, _get_new_batch_prefill_raw).
+            self._admission_paused = self._batch_changed = False
         if self._refresh_waiting and self.waiting:
             self._look_at_waiting()
         for seq in list(self.running):
@@ -134,6 +140,7 @@ class Planning(EngineCore):
                 self._plan_chunk(seq, seq.computed, end, plan)
                 budget -= end - seq.computed
         admit = config.admit_after_preemption or self.metrics.preemptions == preempted
+        admit = admit and not self._admission_paused
         while admit and self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
             taken = self._admit(self.waiting[0], budget, plan)
             if not taken:
@@ -146,7 +153,8 @@ class Planning(EngineCore):
         32nd such pass refreshes the first 128 waiting requests' cached prefixes, the
         head last (``_touch_waiting_prefixes``)."""
         mid_prefill = any(seq.phase is Phase.PREFILL for seq in self.running)
-        if len(self.running) >= self.config.max_num_seqs and not mid_prefill:
+        full = len(self.running) >= self.config.max_num_seqs or self._admission_paused
+        if full and not mid_prefill:
             return  # SGLang's batch is full: it returns before ordering the queue
         looks = self._waiting_looks
         self._waiting_looks += 1
@@ -315,6 +323,8 @@ class Planning(EngineCore):
         if self._reserve_decodes and (self.running or plan.prefills):
             own_cached = self.pool.free_among(seq.digests[:shared]) * block
             if not admits(seq, p, self._decode_room(plan), own_cached):
+                # SEMANTICS H9o (PrefillAdder's NO_TOKEN sets batch_is_full).
+                self._admission_paused = self._pause_after_refusal
                 return 0
         branch = self._hints(request, "branch_points")
         cached_end = present * block
@@ -610,6 +620,7 @@ class Planning(EngineCore):
         return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
 
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
+        self._batch_changed = True  # SEMANTICS H9o: the running batch shrinks
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it (at the head;
         with ``preemption_policy = "sglang"`` at the back)."""
         self._check_progress()

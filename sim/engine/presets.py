@@ -346,6 +346,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "engine.decode_reservation": "sglang",
         # SchedulePolicy._touch_waiting_prefixes: the waiting requests' prefixes stay warm.
         "engine.refresh_waiting_prefixes": True,
+        # batch_is_full: after a NO_TOKEN refusal, no admission until a request leaves.
+        "engine.pause_after_refusal": True,
     }
 
 

@@ -310,6 +310,12 @@ _SIM_ENGINE: dict[str, Key] = {
         "hit's checkpoint and the KV before it) become most recently used (SGLang's "
         "_touch_waiting_prefixes)",
     ),
+    "pause_after_refusal": Key(
+        boolean,
+        False,
+        "after the admission reservation refuses a request while others run, admit no one "
+        "until a running request leaves (SGLang's batch_is_full)",
+    ),
     "decode_reservation": Key(
         choice(list(DECODE_RESERVATIONS)),
         "none",
@@ -367,6 +373,7 @@ TIMING_ONLY_KEYS = (
     "engine.preemption_policy",
     "engine.mixed_batches",
     "engine.refresh_waiting_prefixes",
+    "engine.pause_after_refusal",
     "engine.decode_reservation",
     "engine.admit_after_preemption",
     "engine.mfu",

@@ -7,7 +7,9 @@ requests, seed 1, float32 state): at 5 GiB and one request a second, and at 10 G
 four, every step schedules the same tokens for the same requests and every hit is
 equal; without ``cache.hold_latest_checkpoint`` (SEMANTICS H9l) the first run parts at
 step 13,034, where one request's hit is lost, and without
-``engine.refresh_waiting_prefixes`` (H9m) the second loses one request's hit.
+``engine.refresh_waiting_prefixes`` (H9m) the second loses one request's hit. On
+KV-bound long-document traffic (Falcon-H1-7B) every step and hit agree too, and without
+``engine.pause_after_refusal`` (H9o) or ``cache.captures_in_step`` (H9n) the runs part.
 
 Skipped where SGLang 0.5.23 is not importable (the project's own venv); run in the
 engine venv: ``.venv-sglang/bin/python -m pytest tests/tooling/test_sglang_timed_fidelity.py``.
@@ -23,7 +25,7 @@ if getattr(sglang, "__version__", "") != "0.5.23":
         f"written against sglang 0.5.23, found {sglang.__version__}", allow_module_level=True
     )
 
-from engines import sglang_replay  # noqa: E402
+from engines import fidelity_common, sglang_replay  # noqa: E402
 from engines import sglang_timed_fidelity as timed  # noqa: E402
 
 GIB = 1 << 30
@@ -61,3 +63,25 @@ def test_the_waiting_queue_is_kept_warm_as_sglang_keeps_it() -> None:
     (index,) = without.differing()
     assert without.request_ids[index] == "multi_turn_chat/95/1"
     assert (without.hyckpt_hits[index], without.engine_hits[index]) == (0, 197)
+
+
+def test_every_step_and_hit_agree_on_long_documents() -> None:
+    # KV-bound traffic (four ~24k-token documents and their questions on Falcon-H1-7B at
+    # 10 GiB, 3 requests a second), where SGLang's reservation refuses admissions:
+    # every step and hit agree; without SEMANTICS H9o (admission paused after a refusal)
+    # the runs part at step 1,405, without H9n (a chunk's state a hit from the next step)
+    # at step 285.
+    def run(**overrides: object) -> fidelity_common.TimedComparison:
+        return timed.compare(
+            10 * GIB,
+            3.0,
+            requests=200,
+            workload="long_document_qa",
+            model="falcon-h1-7b",
+            overrides=dict(overrides),
+        )
+
+    comparison = run()
+    assert comparison.first_differing_step() is None and comparison.differing() == []
+    assert run(**{"engine.pause_after_refusal": False}).first_differing_step() == 1405
+    assert run(**{"cache.captures_in_step": False}).first_differing_step() == 285
