@@ -166,23 +166,32 @@ class Planning(EngineCore):
     def _refresh_prefix(self, seq: Seq) -> None:
         """``touch_waiting_prefix``: the match of ``seq``'s whole prefill (no limit)
         refreshes the checkpoint it ends at and the free KV blocks before it."""
-        n = seq.prefill_len
-        if seq.hashed is None:
-            source = seq.request.answer if seq.resumed else seq.request.prompt  # type: ignore[attr-defined]
-            seq.hashed = source.hashed(self._namespace, self.config.unit)
-            seq.digests = block_digests(seq.hashed, n // self._block, self._units_per_block)
+        self._hash_prefill(seq)
+        assert seq.hashed is not None
         present = self.pool.match(seq.digests)
         hit = reconcile(
             self.index,
             self._namespace,
             seq.hashed,
-            n + 1,
+            seq.prefill_len + 1,
             present,
             self._block,
             paged=self._paged,
         )
         if hit is not None:
             self.pool.refresh(seq.digests[: hit.tokens // self._block])
+
+    def _hash_prefill(self, seq: Seq) -> None:
+        """Hash what ``seq``'s prefill computes, once: its prompt, or for a resumed request
+        (SEMANTICS H9g) the first ``prefill_len`` tokens of its answer; and the digests of
+        its full blocks."""
+        if seq.hashed is None:
+            request = seq.request
+            source = request.answer if seq.resumed else request.prompt  # type: ignore[attr-defined]
+            seq.hashed = source.hashed(self._namespace, self.config.unit)
+            seq.digests = block_digests(
+                seq.hashed, seq.prefill_len // self._block, self._units_per_block
+            )
 
     def _decode_tokens(self, seq: Seq) -> int:
         """Tokens ``seq`` verifies in a decode step: 1 + speculative, fewer near its end."""
@@ -298,11 +307,8 @@ class Planning(EngineCore):
             return 0
         block, n = self._block, seq.prefill_len
         request = seq.request
-        if seq.hashed is None:
-            # A resumed request (SEMANTICS H9g) looks up the first n tokens of its answer.
-            source = request.answer if seq.resumed else request.prompt  # type: ignore[attr-defined]
-            seq.hashed = source.hashed(self._namespace, self.config.unit)
-            seq.digests = block_digests(seq.hashed, n // block, self._units_per_block)
+        self._hash_prefill(seq)
+        assert seq.hashed is not None
         self.checker.request_id = request.request_id
         if seq.admissions == 0:
             self._before_first_lookup(seq)
@@ -620,9 +626,9 @@ class Planning(EngineCore):
         return not self._unified or self._shared_pool.fresh_count() >= self._slot_pages
 
     def _preempt(self, seq: Seq, plan: StepPlan) -> None:
-        self._batch_changed = True  # SEMANTICS H9o: the running batch shrinks
         """Free ``seq``'s blocks and batch slot, undo its plan, requeue it (at the head;
         with ``preemption_policy = "sglang"`` at the back)."""
+        self._batch_changed = True  # SEMANTICS H9o: the running batch shrinks
         self._check_progress()
         self.metrics.preemptions += 1
         answered = self._has_answer(seq)
