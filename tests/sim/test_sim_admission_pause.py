@@ -46,4 +46,3 @@ def test_a_refusal_pauses_admission_until_a_request_leaves() -> None:
     engine = run(True, requests)
     last_a = max(step for step, _, decodes in engine.steps if "a/0" in decodes)
     assert (last_a, first_prefill(engine, "b/0")) == (100, 101)
-
