@@ -19,12 +19,13 @@ import dataclasses
 import signal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reference.errors import InvalidConfigError
 from sim.engine import SimConfig
 from sim.engine.backends import make_backend
+from sim.engine.progress_guard import StalledRunError
 from sim.engine.scheduler import Engine
 from sim.engine.sources import build_workload
 from sim.engine.step_plan import StepPlan
@@ -171,6 +172,16 @@ def test_a_finished_requests_memory_comes_back_after_the_next_step_is_planned(
     resume=st.booleans(),
     admit=st.booleans(),
 )
+@example(
+    extra=200,
+    seed=32,
+    required=True,
+    full=False,
+    in_place=True,
+    asynchronous=True,
+    resume=True,
+    admit=True,
+)
 @settings(max_examples=20, deadline=None)
 def test_whole_engines_with_the_rules_stay_within_the_budget_and_leak_nothing(
     extra: int,
@@ -224,6 +235,15 @@ def test_whole_engines_with_the_rules_stay_within_the_budget_and_leak_nothing(
     signal.alarm(60)
     try:
         engine.run()
+    except StalledRunError:
+        # A mix that is not vLLM's (admission in a step that preempted, or states copied
+        # rather than in place) may push its requests out of a pool this small until the
+        # progress guard stops it, as designed (seed 32, 200 pages more, required
+        # captures, resume, async: found by this test's random draws). vLLM's own mix
+        # must not stall.
+        assert admit or not in_place, "vLLM's own mix stalled"
+        assert pool.check() == []
+        return
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
