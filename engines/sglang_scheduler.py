@@ -91,7 +91,6 @@ class ScheduledRun:
     Attributes:
         steps: step number (1-based) -> request id -> tokens scheduled in it (a prefill
             chunk's length, or 1 for a decode).
-        decode_steps: the steps that ran a decode batch.
         hits: request id -> its prefix-cache hit when first scheduled (tokens).
         retractions: request id -> times retracted.
         retracted_steps: the steps that retracted a request, in order.
@@ -101,7 +100,6 @@ class ScheduledRun:
     """
 
     steps: dict[int, dict[str, int]] = field(default_factory=dict)
-    decode_steps: set[int] = field(default_factory=set)
     hits: dict[str, int] = field(default_factory=dict)
     retractions: dict[str, int] = field(default_factory=dict)
     retracted_steps: list[int] = field(default_factory=list)
@@ -256,7 +254,6 @@ class SglangSchedulerReplay:
     def _record(batch: Any, step: int, result: ScheduledRun) -> None:
         if batch.forward_mode.is_decode():
             result.steps[step] = {req.rid: 1 for req in batch.reqs}
-            result.decode_steps.add(step)
             return
         result.steps[step] = {
             req.rid: int(n) for req, n in zip(batch.reqs, batch.extend_lens, strict=True)
