@@ -409,6 +409,16 @@ class SimConfig:
             request is mid-prefill) until a running request leaves or a prefill step
             leaves a request mid-prefill, as SGLang's ``running_batch.batch_is_full``
             (docs/SEMANTICS.md H9o). ``False``: admission is tried every step.
+        allocate_after_lookups: a timed prefill step allocates its KV blocks (the
+            continuing chunks' and the admitted requests') after every admission of the
+            step has looked up and taken its hit's blocks, in one allocation, as SGLang's
+            ``ScheduleBatch.prepare_for_extend`` allocates the batch's tokens once
+            ``PrefillAdder`` has locked each admitted request's matched node: what the
+            step evicts is never a prefix a request admitted in the same step hits
+            (docs/SEMANTICS.md H9p). ``False``: each chunk and admission allocates as it
+            is planned, as vLLM's ``Scheduler.schedule`` does; a later admission of the
+            step may find its prefix evicted by an earlier one's allocation. Split
+            memory only.
         decode_reservation: what the timed engine's admission keeps free for the running
             requests' future output. ``none``: nothing; a request is admitted when its
             first chunk's blocks are free. ``sglang``: SGLang's ``PrefillAdder``: the
@@ -544,6 +554,7 @@ class SimConfig:
     mixed_batches: bool = True
     refresh_waiting_prefixes: bool = False
     pause_after_refusal: bool = False
+    allocate_after_lookups: bool = False
     decode_reservation: str = "none"
     admit_after_preemption: bool = True
     max_model_len: int | None = None
@@ -789,6 +800,11 @@ class SimConfig:
             raise InvalidConfigError(
                 "SimConfig.adopt_cached_blocks swaps a recomputed block for the one cached "
                 "copy, and keep_block_copies caches it as another copy: set one of them"
+            )
+        if self.allocate_after_lookups and self.memory != "split":
+            raise InvalidConfigError(
+                "SimConfig.allocate_after_lookups follows SGLang's KV pool, a pool of its own "
+                "beside the Mamba states: it needs memory='split'"
             )
         if self.drop_leaf_kv and (self.memory != "split" or self.keep_block_copies):
             raise InvalidConfigError(

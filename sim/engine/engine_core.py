@@ -44,7 +44,7 @@ from sim.engine.progress_guard import (
 )
 from sim.engine.sequence import Phase, RequestLike, Seq
 from sim.engine.sessions import SessionGate
-from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan
+from sim.engine.step_plan import ChunkRelease, ProcessGenerator, StepPlan, _Chunk
 from sim.engine.unified import SharedKVPool
 
 
@@ -120,6 +120,12 @@ class EngineCore:
         self._pause_after_refusal = config.pause_after_refusal and config.mode == "engine"
         self._admission_paused = False
         self._batch_changed = False
+        # SEMANTICS H9p: while a prefill step is planned, the fresh blocks each chunk and
+        # admission will take (allocated together once the step's lookups are done).
+        self._allocate_after_lookups = config.allocate_after_lookups and config.mode == "engine"
+        self._deferred: list[tuple[Seq, int]] | None = None
+        self._deferred_blocks = 0
+        self._deferred_captures: list[tuple[Seq, _Chunk, tuple[int, ...]]] = []
         self._latest_writers: dict[int, tuple[Seq, int]] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks

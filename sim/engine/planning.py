@@ -99,7 +99,7 @@ class Planning(EngineCore):
         ratio, less a page and, for a chunk that completes its prefill, the output of
         each request ``plan`` prefills (its chunk's own blocks are allocated already)."""
         return reservation_room(
-            self.pool.free_count() * self._block,
+            self._free_blocks() * self._block,
             (seq for seq in self.running if seq.phase is Phase.DECODE),
             ((seq, chunk.end == seq.prefill_len) for seq, chunk in plan.prefills.items()),
             self._new_token_ratio.at(self._decode_steps),
@@ -118,6 +118,8 @@ class Planning(EngineCore):
             self._admission_paused = self._batch_changed = False
         if self._refresh_waiting and self.waiting:
             self._look_at_waiting()
+        if self._allocate_after_lookups:
+            self._deferred = []
         for seq in list(self.running):
             if budget <= 0:
                 break
@@ -146,6 +148,45 @@ class Planning(EngineCore):
             if not taken:
                 break
             budget -= taken
+        if self._deferred is not None:
+            self._allocate_deferred()
+            # SGLang takes a chunk's state slot when it inserts the state, after the
+            # step's KV allocation (SEMANTICS H9p).
+            planned, self._deferred_captures = self._deferred_captures, []
+            for seq, chunk, positions in planned:
+                chunk.reservations = self._reserve_chunk(seq, chunk.end, positions)
+
+    def _free_blocks(self) -> int:
+        """Free KV blocks less those promised to this step's chunks and admissions
+        (SEMANTICS H9p), which are allocated when the step's lookups are done."""
+        return self.pool.free_count() - self._deferred_blocks
+
+    def _allocate_deferred(self) -> None:
+        """SEMANTICS H9p (SGLang's ``prepare_for_extend``): allocate the fresh blocks the
+        step's chunks and admissions were promised, in one allocation, in the order they
+        were planned; whatever it evicts is no prefix the step's requests hit, those
+        being held already."""
+        deferred, self._deferred = self._deferred, None
+        count, self._deferred_blocks = self._deferred_blocks, 0
+        if not count:
+            return
+        blocks = self.pool.allocate(count)
+        assert blocks is not None and deferred is not None  # promised only what was free
+        at = 0
+        for seq, need in deferred:
+            seq.blocks.extend(blocks[at : at + need])
+            at += need
+
+    def _take_blocks(self, seq: Seq, count: int) -> None:
+        """Give ``seq`` ``count`` fresh blocks now, or with SEMANTICS H9p when the step's
+        lookups are done (``count`` of them must be free)."""
+        if self._deferred is not None:
+            self._deferred.append((seq, count))
+            self._deferred_blocks += count
+            return
+        blocks = self.pool.allocate(count)
+        assert blocks is not None
+        seq.blocks.extend(blocks)
 
     def _look_at_waiting(self) -> None:
         """SEMANTICS H9m (``SchedulePolicy.calc_priority``): a pass that can admit (a
@@ -213,8 +254,7 @@ class Planning(EngineCore):
         pages = need + ((handover + retake) * self._slot_pages if moves else 0) + captures
         if pages == 0:
             return True
-        pool = self.pool
-        while not pool.can_allocate(pages):
+        while pages > self._free_blocks():
             victim = self._preemption_victim(seq)
             if victim is None:
                 return False  # SGLang: a prefill chunk waits for the decodes
@@ -222,9 +262,7 @@ class Planning(EngineCore):
             if victim is seq:
                 return False
         if need:
-            blocks = pool.allocate(need)
-            assert blocks is not None
-            seq.blocks.extend(blocks)
+            self._take_blocks(seq, need)
         if handover:
             self._take_handover(seq, plan)
         if retake:
@@ -303,7 +341,7 @@ class Planning(EngineCore):
 
     def _admit(self, seq: Seq, budget: int, plan: StepPlan) -> int:
         """Admit the head of the queue if its first chunk fits; tokens scheduled (0 = not)."""
-        if not self._free_batch or not self.pool.free_count():
+        if not self._free_batch or self._free_blocks() <= 0:
             return 0
         block, n = self._block, seq.prefill_len
         request = seq.request
@@ -329,8 +367,13 @@ class Planning(EngineCore):
         if self._reserve_decodes and (self.running or plan.prefills):
             own_cached = self.pool.free_among(seq.digests[:shared]) * block
             if not admits(seq, p, self._decode_room(plan), own_cached):
-                # SEMANTICS H9o (PrefillAdder's NO_TOKEN sets batch_is_full).
-                self._admission_paused = self._pause_after_refusal
+                # SEMANTICS H9o (PrefillAdder's NO_TOKEN sets batch_is_full). It is a
+                # flag of SGLang's running (decoding) batch: with none decoding, the
+                # flagged batch is empty and the next step's running batch is a new
+                # one (this step's prefill batch), so the pause ends with this step.
+                self._admission_paused = self._pause_after_refusal and any(
+                    other.phase is Phase.DECODE for other in self.running
+                )
                 return 0
         branch = self._hints(request, "branch_points")
         cached_end = present * block
@@ -362,7 +405,7 @@ class Planning(EngineCore):
         states_first = states > 0 and not self._unified
         blocks: list[int] | None = None
         if not states_first or self._take_running_states():
-            blocks = self.pool.admit(seq.digests[:shared], -(-end // block) - shared)
+            blocks = self._admit_blocks(seq, shared, -(-end // block) - shared)
             if blocks is None and states_first:
                 self._give_back_running_states(seq)
             elif (
@@ -412,6 +455,21 @@ class Planning(EngineCore):
         self._plan_chunk(seq, p, end, plan)
         return end - p
 
+    def _admit_blocks(self, seq: Seq, shared: int, fresh: int) -> list[int] | None:
+        """Share the cached blocks of ``seq``'s first ``shared`` block digests and take
+        ``fresh`` more (:meth:`KVPool.admit`); with SEMANTICS H9p the fresh ones are
+        promised (:meth:`_take_blocks`) and the list holds the shared ones only.
+        ``None`` (nothing changed) when they are not free."""
+        digests = seq.digests[:shared]
+        if self._deferred is None:
+            return self.pool.admit(digests, fresh)
+        if fresh > self._free_blocks() - self.pool.free_among(digests):
+            return None
+        blocks = self.pool.admit(digests, 0)
+        assert blocks is not None
+        self._take_blocks(seq, fresh)
+        return blocks
+
     def _admission_fits(
         self, seq: Seq, hit: int, shared: int, end: int, branch: tuple[int, ...]
     ) -> bool:
@@ -419,7 +477,7 @@ class Planning(EngineCore):
         (``shared`` cached blocks) needs are free: its first chunk's, ending at ``end``,
         with its checkpoints (``required_captures``), and those of its whole prompt as one
         chunk with no junction (``admit_full_prompt``), as vLLM counts them."""
-        free = self.pool.free_count()
+        free = self._free_blocks()
         pages = self.pool.free_among(seq.digests[:shared]) - shared
         if self._unified:
             pages += self._states_per_running * self._slot_pages
@@ -531,54 +589,65 @@ class Planning(EngineCore):
         return count
 
     def _plan_chunk(self, seq: Seq, start: int, end: int, plan: StepPlan) -> None:
-        """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it."""
-        request = seq.request
-        reservations: list[Reservation] = []
+        """Plan chunk ``[start, end)`` of ``seq`` and reserve the checkpoints inside it
+        (with SEMANTICS H9p once the step's KV blocks are allocated)."""
         from_checkpoint = 0 < start == seq.tracked
         positions = self._positions(seq, start, end, seq.branch_points)
         if positions:
             seq.tracked = max(seq.tracked, *positions)
-            self.checker.request_id = request.request_id
-            metrics = self.metrics
-            assert seq.hashed is not None
-            # SEMANTICS H5. The request's own branch points first (the workload's prefix
-            # tree: other prompts share the prefix up to them), then the rest, each group
-            # longest first (a longer prompt of the same conversation can use it). A
-            # branch point may always evict; any other position only while nothing of
-            # this chunk is reserved, else it takes free memory or is skipped: a chunk's
-            # other checkpoints never flush the cache.
-            unit = self.config.unit
-            hints = self._hints(request, "branch_points")
-            shared = {point // unit * unit for point in hints}
-            limit = not self.config.capture_all  # vLLM keeps every reachable boundary
-            for position in sorted(positions, key=lambda p: (p not in shared, -p)):
-                metrics.captures_planned += 1
-                if (
-                    limit
-                    and reservations
-                    and position not in shared
-                    and not self._room_without_eviction()
-                ):
-                    metrics.captures_skipped_full += 1
-                    continue
-                lend = self._handover and position == end and not seq.state_lent
-                if lend:
-                    self._lend_running_state(seq)
-                outcome = self._reserve(seq.hashed, position)
-                if outcome is not None:
-                    reservations.append(outcome)
-                    if lend:
-                        self._hold_lent(seq, outcome.slot)
-                    elif self._hold_until_turn:
-                        self._capture_holders[outcome.slot] = seq
-                    if self._hold_latest:
-                        self._latest_writers[outcome.slot] = (seq, position)
-                elif lend:
-                    self._take_back_running_state(seq)
-            reservations.sort(key=_tokens)  # ascending: the order the backend computes them
+        chunk = _Chunk(start, end, [], from_checkpoint)
+        if positions and self._deferred is not None:
+            self._deferred_captures.append((seq, chunk, positions))
+        elif positions:
+            chunk.reservations = self._reserve_chunk(seq, end, positions)
         if self._transient_checkpoint(seq, start, end, positions):
             self._take_handover(seq, plan)  # its block, held for the step (H9g)
-        plan.prefills[seq] = _Chunk(start, end, reservations, from_checkpoint)
+        plan.prefills[seq] = chunk
+
+    def _reserve_chunk(self, seq: Seq, end: int, positions: tuple[int, ...]) -> list[Reservation]:
+        """Reserve the checkpoints at ``positions`` of ``seq``'s chunk ending at ``end``;
+        the reservations made, in ascending order."""
+        request = seq.request
+        reservations: list[Reservation] = []
+        self.checker.request_id = request.request_id
+        metrics = self.metrics
+        assert seq.hashed is not None
+        # SEMANTICS H5. The request's own branch points first (the workload's prefix
+        # tree: other prompts share the prefix up to them), then the rest, each group
+        # longest first (a longer prompt of the same conversation can use it). A
+        # branch point may always evict; any other position only while nothing of
+        # this chunk is reserved, else it takes free memory or is skipped: a chunk's
+        # other checkpoints never flush the cache.
+        unit = self.config.unit
+        hints = self._hints(request, "branch_points")
+        shared = {point // unit * unit for point in hints}
+        limit = not self.config.capture_all  # vLLM keeps every reachable boundary
+        for position in sorted(positions, key=lambda p: (p not in shared, -p)):
+            metrics.captures_planned += 1
+            if (
+                limit
+                and reservations
+                and position not in shared
+                and not self._room_without_eviction()
+            ):
+                metrics.captures_skipped_full += 1
+                continue
+            lend = self._handover and position == end and not seq.state_lent
+            if lend:
+                self._lend_running_state(seq)
+            outcome = self._reserve(seq.hashed, position)
+            if outcome is not None:
+                reservations.append(outcome)
+                if lend:
+                    self._hold_lent(seq, outcome.slot)
+                elif self._hold_until_turn:
+                    self._capture_holders[outcome.slot] = seq
+                if self._hold_latest:
+                    self._latest_writers[outcome.slot] = (seq, position)
+            elif lend:
+                self._take_back_running_state(seq)
+        reservations.sort(key=_tokens)  # ascending: the order the backend computes them
+        return reservations
 
     def _positions(
         self, seq: Seq, start: int, end: int, branch: tuple[int, ...], *, whole: bool = False
@@ -660,6 +729,10 @@ class Planning(EngineCore):
         self.running.remove(seq)
         self.pool.release(seq.blocks)
         seq.blocks = []
+        if self._deferred is not None:  # SEMANTICS H9p: its promised blocks go back
+            self._deferred_blocks -= sum(n for s, n in self._deferred if s is seq)
+            self._deferred = [(s, n) for s, n in self._deferred if s is not seq]
+            self._deferred_captures = [c for c in self._deferred_captures if c[0] is not seq]
         if self._states_per_running:
             self._give_back_running_states(seq)
         self._let_go_of_holds(seq)

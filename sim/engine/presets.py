@@ -348,6 +348,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "engine.refresh_waiting_prefixes": True,
         # batch_is_full: after a NO_TOKEN refusal, no admission until a request leaves.
         "engine.pause_after_refusal": True,
+        # prepare_for_extend allocates the batch's KV once PrefillAdder locked its hits.
+        "engine.allocate_after_lookups": True,
     }
 
 

@@ -316,6 +316,13 @@ _SIM_ENGINE: dict[str, Key] = {
         "after the admission reservation refuses a request while others run, admit no one "
         "until a running request leaves (SGLang's batch_is_full)",
     ),
+    "allocate_after_lookups": Key(
+        boolean,
+        False,
+        "a prefill step allocates its KV blocks once every admission of the step has "
+        "taken its hit, so the step never evicts a prefix it hits (SGLang's "
+        'prepare_for_extend after PrefillAdder); needs cache.memory = "split"',
+    ),
     "decode_reservation": Key(
         choice(list(DECODE_RESERVATIONS)),
         "none",
@@ -374,6 +381,7 @@ TIMING_ONLY_KEYS = (
     "engine.mixed_batches",
     "engine.refresh_waiting_prefixes",
     "engine.pause_after_refusal",
+    "engine.allocate_after_lookups",
     "engine.decode_reservation",
     "engine.admit_after_preemption",
     "engine.mfu",

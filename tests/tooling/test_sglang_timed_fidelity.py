@@ -9,7 +9,10 @@ equal; without ``cache.hold_latest_checkpoint`` (SEMANTICS H9l) the first run pa
 step 13,034, where one request's hit is lost, and without
 ``engine.refresh_waiting_prefixes`` (H9m) the second loses one request's hit. On
 KV-bound long-document traffic (Falcon-H1-7B) every step and hit agree too, and without
-``engine.pause_after_refusal`` (H9o) or ``cache.captures_in_step`` (H9n) the runs part.
+``engine.pause_after_refusal`` (H9o) or ``cache.captures_in_step`` (H9n) the runs part;
+at 10 GiB and one request a second they agree, and without
+``engine.allocate_after_lookups`` (H9p) part at step 3,082; at 5 GiB and three requests a
+second they agree (H9o's pause ends with the step when no request decodes).
 
 Skipped where SGLang 0.5.23 is not importable (the project's own venv); run in the
 engine venv: ``.venv-sglang/bin/python -m pytest tests/tooling/test_sglang_timed_fidelity.py``.
@@ -85,3 +88,27 @@ def test_every_step_and_hit_agree_on_long_documents() -> None:
     assert comparison.first_differing_step() is None and comparison.differing() == []
     assert run(**{"engine.pause_after_refusal": False}).first_differing_step() == 1405
     assert run(**{"cache.captures_in_step": False}).first_differing_step() == 285
+
+
+@pytest.mark.parametrize(("gib", "rate"), [(10, 1.0), (5, 3.0)])
+def test_every_step_and_hit_agree_on_long_documents_elsewhere(gib: int, rate: float) -> None:
+    # The same traffic at other budgets and rates. At 10 GiB, one request a second, a
+    # step admitted a request after an earlier admission of the step had evicted the
+    # document prefix it hits, until a step allocated after its lookups (H9p); at 5 GiB,
+    # three a second, a refusal while no request decoded kept hyckpt's admission paused
+    # (parting at step 4,461), where SGLang's mark, set on its empty running batch, is
+    # gone the next step, when the prefill batch becomes the running batch (H9o).
+    def run(**overrides: object) -> fidelity_common.TimedComparison:
+        return timed.compare(
+            gib * GIB,
+            rate,
+            requests=200,
+            workload="long_document_qa",
+            model="falcon-h1-7b",
+            overrides=dict(overrides),
+        )
+
+    comparison = run()
+    assert comparison.first_differing_step() is None and comparison.differing() == []
+    if gib == 10:
+        assert run(**{"engine.allocate_after_lookups": False}).first_differing_step() == 3082
