@@ -419,6 +419,12 @@ class SimConfig:
             is planned, as vLLM's ``Scheduler.schedule`` does; a later admission of the
             step may find its prefix evicted by an earlier one's allocation. Split
             memory only.
+        lookup_refreshes_prefix: an admission's lookup makes the free cached KV blocks
+            before its hit the most recently used whether or not the request is then
+            admitted, as SGLang's ``match_prefix`` stamps the nodes from its hit to the
+            root before ``PrefillAdder`` decides (docs/SEMANTICS.md H9q). ``False``: a
+            request the step does not admit (the reservation refuses it, the budget or
+            the pool is short) leaves the KV's recency as it was, as vLLM's lookup does.
         decode_reservation: what the timed engine's admission keeps free for the running
             requests' future output. ``none``: nothing; a request is admitted when its
             first chunk's blocks are free. ``sglang``: SGLang's ``PrefillAdder``: the
@@ -555,6 +561,7 @@ class SimConfig:
     refresh_waiting_prefixes: bool = False
     pause_after_refusal: bool = False
     allocate_after_lookups: bool = False
+    lookup_refreshes_prefix: bool = False
     decode_reservation: str = "none"
     admit_after_preemption: bool = True
     max_model_len: int | None = None

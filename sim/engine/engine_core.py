@@ -126,6 +126,8 @@ class EngineCore:
         self._deferred: list[tuple[Seq, int]] | None = None
         self._deferred_blocks = 0
         self._deferred_captures: list[tuple[Seq, _Chunk, tuple[int, ...]]] = []
+        # SEMANTICS H9q: every admission lookup refreshes the KV before its hit.
+        self._lookup_refreshes = config.lookup_refreshes_prefix and config.mode == "engine"
         self._latest_writers: dict[int, tuple[Seq, int]] = {}
         self._admit_full_prompt = config.admit_full_prompt
         self._adopt_cached = config.adopt_cached_blocks

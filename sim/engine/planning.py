@@ -355,6 +355,10 @@ class Planning(EngineCore):
             self.index, self._namespace, seq.hashed, n, present, block, paged=self._paged
         )
         p = hit.tokens if hit is not None else 0
+        if self._lookup_refreshes and p:
+            # SEMANTICS H9q: SGLang's match stamps the path before PrefillAdder decides;
+            # an admitted request takes these blocks out of the free queue anyway.
+            self.pool.refresh(seq.digests[: p // block])
         # Blocks of [0, p) still cached are shared. Without paged attention a hit is not
         # limited by the KV pool (its blocks hold nothing the model reads), so some of
         # them may have been reused since: those come fresh, like the chunk's.

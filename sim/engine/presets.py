@@ -350,6 +350,8 @@ def sglang_scheduling(gpu: GpuSpec, spec_tokens: int = 0) -> dict[str, object]:
         "engine.pause_after_refusal": True,
         # prepare_for_extend allocates the batch's KV once PrefillAdder locked its hits.
         "engine.allocate_after_lookups": True,
+        # Req.init_next_round_input matches (and stamps) before add_one_req decides.
+        "engine.lookup_refreshes_prefix": True,
     }
 
 

@@ -585,6 +585,7 @@ def _assemble(
             refresh_waiting_prefixes=engine["refresh_waiting_prefixes"],
             pause_after_refusal=engine["pause_after_refusal"],
             allocate_after_lookups=engine["allocate_after_lookups"],
+            lookup_refreshes_prefix=engine["lookup_refreshes_prefix"],
             decode_reservation=engine["decode_reservation"],
             admit_after_preemption=engine["admit_after_preemption"],
             max_model_len=model_length(engine["max_model_len"], model_sizes, where),

@@ -316,6 +316,12 @@ _SIM_ENGINE: dict[str, Key] = {
         "after the admission reservation refuses a request while others run, admit no one "
         "until a running request leaves (SGLang's batch_is_full)",
     ),
+    "lookup_refreshes_prefix": Key(
+        boolean,
+        False,
+        "an admission's lookup makes the KV before its hit most recently used even when "
+        "the request is not admitted (SGLang's match_prefix before PrefillAdder decides)",
+    ),
     "allocate_after_lookups": Key(
         boolean,
         False,
@@ -382,6 +388,7 @@ TIMING_ONLY_KEYS = (
     "engine.refresh_waiting_prefixes",
     "engine.pause_after_refusal",
     "engine.allocate_after_lookups",
+    "engine.lookup_refreshes_prefix",
     "engine.decode_reservation",
     "engine.admit_after_preemption",
     "engine.mfu",

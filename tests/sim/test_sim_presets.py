@@ -475,6 +475,7 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
             "engine.refresh_waiting_prefixes": True,
             "engine.pause_after_refusal": True,
             "engine.allocate_after_lookups": True,
+            "engine.lookup_refreshes_prefix": True,
         }, gib
     assert PRESETS["marconi"].scheduling(h200) == {}
     # The file's own values win.

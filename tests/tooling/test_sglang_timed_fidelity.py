@@ -12,7 +12,8 @@ KV-bound long-document traffic (Falcon-H1-7B) every step and hit agree too, and 
 ``engine.pause_after_refusal`` (H9o) or ``cache.captures_in_step`` (H9n) the runs part;
 at 10 GiB and one request a second they agree, and without
 ``engine.allocate_after_lookups`` (H9p) part at step 3,082; at 5 GiB and three requests a
-second they agree (H9o's pause ends with the step when no request decodes).
+second they agree (H9o's pause ends with the step when no request decodes), and at 5 GiB
+and one a second, without ``engine.lookup_refreshes_prefix`` (H9q) part at step 6,730.
 
 Skipped where SGLang 0.5.23 is not importable (the project's own venv); run in the
 engine venv: ``.venv-sglang/bin/python -m pytest tests/tooling/test_sglang_timed_fidelity.py``.
@@ -90,14 +91,16 @@ def test_every_step_and_hit_agree_on_long_documents() -> None:
     assert run(**{"cache.captures_in_step": False}).first_differing_step() == 285
 
 
-@pytest.mark.parametrize(("gib", "rate"), [(10, 1.0), (5, 3.0)])
+@pytest.mark.parametrize(("gib", "rate"), [(10, 1.0), (5, 3.0), (5, 1.0)])
 def test_every_step_and_hit_agree_on_long_documents_elsewhere(gib: int, rate: float) -> None:
     # The same traffic at other budgets and rates. At 10 GiB, one request a second, a
     # step admitted a request after an earlier admission of the step had evicted the
     # document prefix it hits, until a step allocated after its lookups (H9p); at 5 GiB,
     # three a second, a refusal while no request decoded kept hyckpt's admission paused
     # (parting at step 4,461), where SGLang's mark, set on its empty running batch, is
-    # gone the next step, when the prefill batch becomes the running batch (H9o).
+    # gone the next step, when the prefill batch becomes the running batch (H9o); at
+    # 5 GiB, one a second, a request refused after its lookup had refreshed a document
+    # in SGLang, not in hyckpt, until a refused lookup refreshed its prefix too (H9q).
     def run(**overrides: object) -> fidelity_common.TimedComparison:
         return timed.compare(
             gib * GIB,
@@ -110,5 +113,7 @@ def test_every_step_and_hit_agree_on_long_documents_elsewhere(gib: int, rate: fl
 
     comparison = run()
     assert comparison.first_differing_step() is None and comparison.differing() == []
-    if gib == 10:
+    if (gib, rate) == (10, 1.0):
         assert run(**{"engine.allocate_after_lookups": False}).first_differing_step() == 3082
+    if (gib, rate) == (5, 1.0):
+        assert run(**{"engine.lookup_refreshes_prefix": False}).first_differing_step() == 6730
