@@ -33,11 +33,11 @@ from tests.sim.test_sim_engine import assert_clean
 from tests.sim.test_sim_sglang_retraction import BASE, BatchRecorder
 
 
-def request(name: str, at: float, segments: list[tuple[int, int]]) -> Request:
-    """A request of the given prompt segments and one output token."""
+def request(name: str, at: float, segments: list[tuple[int, int]], output: int = 1) -> Request:
+    """A request of the given prompt segments whose answer gives ``output`` tokens."""
     prompt = Prompt(segments)
-    answer = prompt.extend([(900 + len(name), 1)])
-    return Request(f"{name}/0", at, name, 0, prompt, 1, (0,), "x", answer=answer)
+    answer = prompt.extend([(900 + len(name), output)])
+    return Request(f"{name}/0", at, name, 0, prompt, output, (0,), "x", answer=answer)
 
 
 class HitRecorder(BatchRecorder):
@@ -54,17 +54,18 @@ class HitRecorder(BatchRecorder):
         return taken
 
 
-def run(after_lookups: bool, requests: list[Request], **changes: object) -> HitRecorder:
-    config = dataclasses.replace(
-        BASE,
-        fuse_decode_steps=False,
-        allocate_after_lookups=after_lookups,
-        **changes,  # type: ignore[arg-type]
+def run_recorded(config: SimConfig, requests: list[Request]) -> HitRecorder:
+    """Run ``requests`` on the shadow backend (one step at a time), checked clean."""
+    engine = HitRecorder(
+        dataclasses.replace(config, fuse_decode_steps=False), requests, make_backend("shadow", None)
     )
-    engine = HitRecorder(config, requests, make_backend("shadow", None))
     engine.run()
     assert_clean(engine)
     return engine
+
+
+def run(after_lookups: bool, requests: list[Request]) -> HitRecorder:
+    return run_recorded(dataclasses.replace(BASE, allocate_after_lookups=after_lookups), requests)
 
 
 def test_an_admission_keeps_its_hit_when_an_earlier_one_of_the_step_evicts() -> None:

@@ -12,33 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim.engine.backends import make_backend
-from sim.workloads.prompt import Prompt
 from sim.workloads.request import Request
-from tests.sim.test_sim_allocate_after_lookups import HitRecorder
-from tests.sim.test_sim_engine import assert_clean
+from tests.sim.test_sim_allocate_after_lookups import HitRecorder, request, run_recorded
 from tests.sim.test_sim_sglang_retraction import BASE
-
-
-def request(name: str, at: float, segments: list[tuple[int, int]], output: int) -> Request:
-    """A request of the given prompt segments whose answer gives ``output`` tokens."""
-    prompt = Prompt(segments)
-    answer = prompt.extend([(900 + len(name), output)])
-    return Request(f"{name}/0", at, name, 0, prompt, output, (0,), "x", answer=answer)
 
 
 def run(refresh: bool, requests: list[Request]) -> HitRecorder:
     config = dataclasses.replace(
-        BASE,
-        kv_blocks=8,
-        fuse_decode_steps=False,
-        decode_reservation="sglang",
-        lookup_refreshes_prefix=refresh,
+        BASE, kv_blocks=8, decode_reservation="sglang", lookup_refreshes_prefix=refresh
     )
-    engine = HitRecorder(config, requests, make_backend("shadow", None))
-    engine.run()
-    assert_clean(engine)
-    return engine
+    return run_recorded(config, requests)
 
 
 def test_a_refused_lookup_keeps_its_prefix_warm() -> None:

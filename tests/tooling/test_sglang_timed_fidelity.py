@@ -69,54 +69,44 @@ def test_the_waiting_queue_is_kept_warm_as_sglang_keeps_it() -> None:
     assert (without.hyckpt_hits[index], without.engine_hits[index]) == (0, 197)
 
 
-def test_every_step_and_hit_agree_on_long_documents() -> None:
-    # KV-bound traffic (four ~24k-token documents and their questions on Falcon-H1-7B at
-    # 10 GiB, 3 requests a second), where SGLang's reservation refuses admissions:
-    # every step and hit agree; without SEMANTICS H9o (admission paused after a refusal)
-    # the runs part at step 1,405, without H9n (a chunk's state a hit from the next step)
-    # at step 285.
-    def run(**overrides: object) -> fidelity_common.TimedComparison:
-        return timed.compare(
-            10 * GIB,
-            3.0,
-            requests=200,
-            workload="long_document_qa",
-            model="falcon-h1-7b",
-            overrides=dict(overrides),
-        )
+def long_documents(gib: int, rate: float, **overrides: object) -> fidelity_common.TimedComparison:
+    """Both loops on KV-bound long-document traffic: four ~24k-token documents and their
+    questions on Falcon-H1-7B, 200 requests."""
+    return timed.compare(
+        gib * GIB,
+        rate,
+        requests=200,
+        workload="long_document_qa",
+        model="falcon-h1-7b",
+        overrides=dict(overrides),
+    )
 
-    comparison = run()
+
+#: Per long-document run: a rule turned off, and the step where the runs then part.
+WITHOUT = {
+    (10, 3.0): {"engine.pause_after_refusal": 1405, "cache.captures_in_step": 285},
+    (10, 1.0): {"engine.allocate_after_lookups": 3082},
+    (5, 3.0): {},
+    (5, 1.0): {"engine.lookup_refreshes_prefix": 6730},
+}
+
+
+@pytest.mark.parametrize(("gib", "rate"), list(WITHOUT))
+def test_every_step_and_hit_agree_on_long_documents(gib: int, rate: float) -> None:
+    # SGLang's reservation refuses admissions on this traffic. At 10 GiB, 3 requests a
+    # second, without H9o (admission paused after a refusal) the runs part at step
+    # 1,405, without H9n (a chunk's state a hit from the next step) at step 285. At
+    # 10 GiB, one a second, a step admitted a request after an earlier admission of the
+    # step had evicted the document prefix it hits, until a step allocated after its
+    # lookups (H9p). At 5 GiB, three a second, a refusal while no request decoded kept
+    # hyckpt's admission paused (parting at step 4,461), where SGLang's mark, set on its
+    # empty running batch, is gone the next step (H9o). At 5 GiB, one a second, a
+    # request refused after its lookup had refreshed a document in SGLang, not in
+    # hyckpt, until a refused lookup refreshed its prefix too (H9q).
+    comparison = long_documents(gib, rate)
     assert comparison.first_differing_step() is None and comparison.differing() == []
-    assert run(**{"engine.pause_after_refusal": False}).first_differing_step() == 1405
-    assert run(**{"cache.captures_in_step": False}).first_differing_step() == 285
-
-
-@pytest.mark.parametrize(("gib", "rate"), [(10, 1.0), (5, 3.0), (5, 1.0)])
-def test_every_step_and_hit_agree_on_long_documents_elsewhere(gib: int, rate: float) -> None:
-    # The same traffic at other budgets and rates. At 10 GiB, one request a second, a
-    # step admitted a request after an earlier admission of the step had evicted the
-    # document prefix it hits, until a step allocated after its lookups (H9p); at 5 GiB,
-    # three a second, a refusal while no request decoded kept hyckpt's admission paused
-    # (parting at step 4,461), where SGLang's mark, set on its empty running batch, is
-    # gone the next step, when the prefill batch becomes the running batch (H9o); at
-    # 5 GiB, one a second, a request refused after its lookup had refreshed a document
-    # in SGLang, not in hyckpt, until a refused lookup refreshed its prefix too (H9q).
-    def run(**overrides: object) -> fidelity_common.TimedComparison:
-        return timed.compare(
-            gib * GIB,
-            rate,
-            requests=200,
-            workload="long_document_qa",
-            model="falcon-h1-7b",
-            overrides=dict(overrides),
-        )
-
-    comparison = run()
-    assert comparison.first_differing_step() is None and comparison.differing() == []
-    if (gib, rate) == (10, 1.0):
-        assert run(**{"engine.allocate_after_lookups": False}).first_differing_step() == 3082
-    if (gib, rate) == (5, 1.0):
-        assert run(**{"engine.lookup_refreshes_prefix": False}).first_differing_step() == 6730
+    for key, step in WITHOUT[(gib, rate)].items():
+        assert long_documents(gib, rate, **{key: False}).first_differing_step() == step, key
 
 
 def test_retractions_take_the_same_requests_a_few_steps_earlier() -> None:
