@@ -78,6 +78,7 @@ def engine_presets_scenario(
     float32_state: bool = False,
     model: str | None = None,
     workload: str | None = None,
+    block_size: int | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario at ``budget_bytes`` for ``seed``.
 
@@ -90,6 +91,8 @@ def engine_presets_scenario(
             engines' default for Nemotron-H); ``False``: in the model's own dtype.
         workload: another generator's traffic, with its default parameters
             (``workload.generator``; ``None``: the scenario's multi-turn chat).
+        block_size: KV block size in tokens (``cache.block_size``; ``None``: the
+            preset's).
     """
     from sim.scenarios.command import resolve
 
@@ -108,6 +111,8 @@ def engine_presets_scenario(
     if workload is not None:
         overrides["workload.generator"] = workload
         overrides["workload.params"] = {}
+    if block_size is not None:
+        overrides["cache.block_size"] = block_size
     # The engines' default for Nemotron-H is a float32 state, which the presets choose
     # (docs/SIMULATION.md 1b); "model" keeps the model's own bfloat16 on both sides.
     overrides["cache.ssm_state_dtype"] = "float32" if float32_state else "model"

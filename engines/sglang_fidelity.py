@@ -61,10 +61,12 @@ def scenario(
     strategy: str = "no_buffer",
     model: str | None = None,
     workload: str | None = None,
+    block_size: int | None = None,
 ) -> Any:
     """The ``engine-presets`` scenario with the preset of SGLang's ``strategy``
     (``sglang`` or ``sglang-extra-buffer``) at ``budget_bytes`` (``token_budget``: the
-    prefill chunk, default the scenario's)."""
+    prefill chunk, default the scenario's; ``block_size``: hyckpt's KV block, default
+    the preset's page size 1)."""
     return common.engine_presets_scenario(
         budget_bytes,
         seed,
@@ -74,6 +76,7 @@ def scenario(
         float32_state=ssm_dtype == "sglang",
         model=model,
         workload=workload,
+        block_size=block_size,
     )
 
 
@@ -133,6 +136,7 @@ def compare(
     mamba_chunk_size: int | None = None,
     model: str | None = None,
     workload: str | None = None,
+    block_size: int | None = None,
 ) -> Comparison:
     """Run both on the scenario's workload at ``budget_bytes`` (``strategy``: SGLang's
     Mamba strategy; hyckpt's side is that strategy's preset, :data:`PRESET_OF_STRATEGY`)."""
@@ -140,7 +144,17 @@ def compare(
     from sim.engine.presets import sglang_mamba_chunk_size
 
     ours = common.replay_hyckpt(
-        scenario(budget_bytes, seed, requests, ssm_dtype, token_budget, strategy, model, workload)
+        scenario(
+            budget_bytes,
+            seed,
+            requests,
+            ssm_dtype,
+            token_budget,
+            strategy,
+            model,
+            workload,
+            block_size,
+        )
     )
     hybrid = sglang_replay.HybridModel.from_hyckpt(ours.model, "model")
     replayed = sglang_replay.replay(

@@ -100,6 +100,9 @@ def _sglang(model: ModelSizes, choose_dtype: bool = True) -> dict[str, object]:
     return (
         dtype
         | {
+            # Page size 1: the KV cache holds single tokens (_page_size_default in
+            # arg_groups/overrides.py, Hopper's default fa3 attention backend).
+            "cache.block_size": 1,
             "placement.policy": "chunk-end",
             "placement.params": {"hash_unit": 1},
             "placement.workload_hints": False,

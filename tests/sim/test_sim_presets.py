@@ -49,6 +49,11 @@ requests = 20
 # --- what each preset sets --------------------------------------------------------------
 
 
+def extra_block_size(budget: str) -> int:
+    """The ``sglang-extra-buffer`` preset's KV block size."""
+    return scenario(f'[cache]\nengine = "sglang-extra-buffer"\n{budget}').sim_config.block_size
+
+
 @pytest.mark.parametrize(
     ("model", "block"),
     [
@@ -484,6 +489,8 @@ def test_engine_presets_schedule_as_the_engine_does_on_the_gpu() -> None:
     ).sim_config
     assert (mine.token_budget, mine.max_num_seqs) == (4096, 64)
     assert config.async_scheduling and not sglang.async_scheduling
+    # SGLang's page size on Hopper (fa3): a KV block is a token; vLLM's stays aligned.
+    assert (sglang.block_size, extra_block_size(budget)) == (1, 1)
     # SGLang's overlap scheduler: on with extra_buffer, off with no_buffer.
     extra = scenario(f'[cache]\nengine = "sglang-extra-buffer"\n{budget}').sim_config
     assert extra.async_scheduling

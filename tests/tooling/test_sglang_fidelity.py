@@ -171,7 +171,9 @@ def test_with_sglangs_pools_every_hit_is_equal_under_pressure(
     scenario, items, replayed = sglang_run(model, gib)
     plan = replayed.plan
     same_pools = with_pools(
-        preset_config(scenario), plan.max_mamba_cache_size, plan.max_total_num_tokens // 16
+        preset_config(scenario),
+        plan.max_mamba_cache_size,
+        plan.max_total_num_tokens // preset_config(scenario).block_size,
     )
     assert differing(items, hyckpt_hits(same_pools, items), replayed) == []
     never_evicts = dataclasses.replace(same_pools, kv_blocks=200_000)
@@ -417,9 +419,11 @@ def test_each_admitted_request_takes_the_presets_running_states(
     assert scenario.sim_config.running_states == per_request
 
 
-def _differing_on(workload: str, gib: int, strategy: str = "extra_buffer") -> list[int]:
+def _differing_on(
+    workload: str, gib: int, strategy: str = "extra_buffer", block_size: int | None = None
+) -> list[int]:
     comparison = sglang_fidelity.compare(
-        gib * GIB, SEED, 200, "sglang", strategy=strategy, workload=workload
+        gib * GIB, SEED, 200, "sglang", strategy=strategy, workload=workload, block_size=block_size
     )
     return comparison.differing()
 
@@ -428,16 +432,18 @@ def test_node_boundaries_fall_on_the_token_where_prompts_part() -> None:
     """SEMANTICS H10 against SGLang itself (docs/SIMULATION.md §1d, "Other traffic"), 200
     requests, ``extra_buffer``: SGLang's radix tree splits a node at the token where a
     prompt leaves it, and deleting the part after keeps the head of a block (a stub).
-    few_shot_branching at 5 GiB and retrieval_qa at 2 GiB: every hit equal. With node
+    few_shot_branching at 5 GiB and retrieval_qa at 2 GiB: every hit equal, with the
+    preset's page size 1 and with 16-token blocks. With 16-token blocks and node
     boundaries at block starts (the pool not told the tokens) 12 few-shot requests
     differ; with boundaries to the token but no stubs (the block containing a boundary
     kept whole, so lookups match past SGLang's), 1 retrieval request does."""
-    assert _differing_on("few_shot_branching", 5) == []
-    assert _differing_on("retrieval_qa", 2) == []
+    for block in (None, 16):
+        assert _differing_on("few_shot_branching", 5, block_size=block) == [], block
+        assert _differing_on("retrieval_qa", 2, block_size=block) == [], block
     with mock.patch.object(LeafKVPool, "shared_past", return_value=0):
-        assert len(_differing_on("few_shot_branching", 5)) == 12
+        assert len(_differing_on("few_shot_branching", 5, block_size=16)) == 12
     with mock.patch.object(LeafKVPool, "_make_stub", return_value=False):
-        assert _differing_on("retrieval_qa", 2) == [192]
+        assert _differing_on("retrieval_qa", 2, block_size=16) == [192]
 
 
 def test_a_request_holds_a_prefix_it_computed_again_once() -> None:
