@@ -121,10 +121,10 @@ class EngineCore:
         self._admission_paused = False
         self._batch_changed = False
         # SEMANTICS H9p: while a prefill step is planned, the fresh blocks each chunk and
-        # admission will take (allocated together once the step's lookups are done).
+        # admission will take (allocated together once the step's lookups are done), and
+        # the chunks whose checkpoints are reserved after that.
         self._allocate_after_lookups = config.allocate_after_lookups and config.mode == "engine"
         self._deferred: list[tuple[Seq, int]] | None = None
-        self._deferred_blocks = 0
         self._deferred_captures: list[tuple[Seq, _Chunk, tuple[int, ...]]] = []
         # SEMANTICS H9q: every admission lookup refreshes the KV before its hit.
         self._lookup_refreshes = config.lookup_refreshes_prefix and config.mode == "engine"

@@ -110,9 +110,7 @@ class Planning(EngineCore):
         ``budget`` tokens (no admission after a preemption this step, ``preempted``
         being the count before it, unless ``admit_after_preemption``)."""
         config = self.config
-        if self._pause_after_refusal and (
-            self._batch_changed or not any(seq.phase is Phase.DECODE for seq in self.running)
-        ):
+        if self._pause_after_refusal and (self._batch_changed or not self._any_decoding()):
             # SGLang clears batch_is_full when its running (decoding) batch shrank or is
             # empty (get_next_batch_to_run, _get_new_batch_prefill_raw).
             self._admission_paused = self._batch_changed = False
@@ -156,10 +154,17 @@ class Planning(EngineCore):
             for seq, chunk, positions in planned:
                 chunk.reservations = self._reserve_chunk(seq, chunk.end, positions)
 
+    def _any_decoding(self) -> bool:
+        """Whether a running request decodes (is in SGLang's running batch)."""
+        return any(seq.phase is Phase.DECODE for seq in self.running)
+
     def _free_blocks(self) -> int:
         """Free KV blocks less those promised to this step's chunks and admissions
         (SEMANTICS H9p), which are allocated when the step's lookups are done."""
-        return self.pool.free_count() - self._deferred_blocks
+        free = self.pool.free_count()
+        if self._deferred:
+            free -= sum(count for _, count in self._deferred)
+        return free
 
     def _allocate_deferred(self) -> None:
         """SEMANTICS H9p (SGLang's ``prepare_for_extend``): allocate the fresh blocks the
@@ -167,11 +172,12 @@ class Planning(EngineCore):
         were planned; whatever it evicts is no prefix the step's requests hit, those
         being held already."""
         deferred, self._deferred = self._deferred, None
-        count, self._deferred_blocks = self._deferred_blocks, 0
+        assert deferred is not None
+        count = sum(need for _, need in deferred)
         if not count:
             return
         blocks = self.pool.allocate(count)
-        assert blocks is not None and deferred is not None  # promised only what was free
+        assert blocks is not None  # promised only what was free
         at = 0
         for seq, need in deferred:
             seq.blocks.extend(blocks[at : at + need])
@@ -182,7 +188,6 @@ class Planning(EngineCore):
         lookups are done (``count`` of them must be free)."""
         if self._deferred is not None:
             self._deferred.append((seq, count))
-            self._deferred_blocks += count
             return
         blocks = self.pool.allocate(count)
         assert blocks is not None
@@ -375,9 +380,7 @@ class Planning(EngineCore):
                 # flag of SGLang's running (decoding) batch: with none decoding, the
                 # flagged batch is empty and the next step's running batch is a new
                 # one (this step's prefill batch), so the pause ends with this step.
-                self._admission_paused = self._pause_after_refusal and any(
-                    other.phase is Phase.DECODE for other in self.running
-                )
+                self._admission_paused = self._pause_after_refusal and self._any_decoding()
                 return 0
         branch = self._hints(request, "branch_points")
         cached_end = present * block
@@ -734,7 +737,6 @@ class Planning(EngineCore):
         self.pool.release(seq.blocks)
         seq.blocks = []
         if self._deferred is not None:  # SEMANTICS H9p: its promised blocks go back
-            self._deferred_blocks -= sum(n for s, n in self._deferred if s is seq)
             self._deferred = [(s, n) for s, n in self._deferred if s is not seq]
             self._deferred_captures = [c for c in self._deferred_captures if c[0] is not seq]
         if self._states_per_running:
